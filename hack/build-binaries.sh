@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Builds the local cluster's binaries from Go modules at the versions pinned in
+# hack/versions.env, into a cache directory keyed by those versions. A second run
+# with the same pins rebuilds nothing. Prints the bin directory on success.
+#
+# Usage: hack/build-binaries.sh [component ...]   (default: every component)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=versions.env
+source "$here/versions.env"
+
+cache_root=${DTJOB_CACHE:-$HOME/.cache/dtjob}
+key="k8s-${KUBE_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}"
+bin_dir="$cache_root/bin/$key"
+log_dir="$cache_root/build-logs"
+mkdir -p "$bin_dir" "$log_dir"
+
+kube_components=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
+all=("${kube_components[@]}" etcd kwok helm)
+wanted=("$@")
+[ ${#wanted[@]} -gt 0 ] || wanted=("${all[@]}")
+
+die() { echo "build-binaries: $*" >&2; exit 1; }
+command -v go >/dev/null || die "no Go toolchain on PATH; install Go >= 1.24 (https://go.dev/dl) and retry"
+
+missing=()
+for c in "${wanted[@]}"; do [ -x "$bin_dir/$c" ] || missing+=("$c"); done
+if [ ${#missing[@]} -eq 0 ]; then echo "$bin_dir"; exit 0; fi
+
+export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
+minor=${KUBE_VERSION#v1.}; minor=${minor%%.*}
+staging_version="v0.${KUBE_VERSION#v1.}"
+# Staging modules published for 1.32+: see k8s.io/kubernetes/staging/src/k8s.io.
+staging=(api apiextensions-apiserver apimachinery apiserver cli-runtime client-go cloud-provider
+  cluster-bootstrap code-generator component-base component-helpers controller-manager cri-api
+  cri-client csi-translation-lib dynamic-resource-allocation endpointslice externaljwt kms
+  kube-aggregator kube-controller-manager kube-proxy kube-scheduler kubectl kubelet metrics
+  mount-utils pod-security-admission sample-apiserver)
+
+build_kube() {
+  local mod="$cache_root/src/kube-$KUBE_VERSION" comps=("$@")
+  mkdir -p "$mod"
+  if [ ! -f "$mod/go.mod" ]; then
+    {
+      echo "module dtjob.local/kubebuild"
+      echo
+      echo "go 1.24.0"
+      echo
+      echo "godebug default=go1.24"
+      echo
+      for s in "${staging[@]}"; do echo "replace k8s.io/$s => k8s.io/$s $staging_version"; done
+    } >"$mod/go.mod"
+  fi
+  # `go get` of the command packages (not just the module) records every dependency they
+  # need in go.mod/go.sum; a blank tools.go cannot import main packages, and `go mod tidy`
+  # would drop the requirement again. Cheap when already recorded.
+  local c pkgs=()
+  for c in "${comps[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c@$KUBE_VERSION"); done
+  echo "build-binaries: resolving modules for k8s.io/kubernetes $KUBE_VERSION (log: $log_dir/kube-modules.log)" >&2
+  (cd "$mod" && go get "${pkgs[@]}") >"$log_dir/kube-modules.log" 2>&1 \
+    || die "downloading Go modules for k8s.io/kubernetes $KUBE_VERSION failed; see $log_dir/kube-modules.log"
+  local pkg="k8s.io/component-base/version" cgo="k8s.io/client-go/pkg/version"
+  local ld="-s -w"
+  for p in $pkg $cgo; do
+    ld+=" -X $p.gitVersion=$KUBE_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
+    ld+=" -X $p.buildDate=1970-01-01T00:00:00Z"
+  done
+  for c in "${comps[@]}"; do
+    echo "build-binaries: building $c $KUBE_VERSION (log: $log_dir/$c.log)" >&2
+    (cd "$mod" && go build -trimpath -ldflags "$ld" -o "$bin_dir/$c.tmp" "k8s.io/kubernetes/cmd/$c") \
+      >"$log_dir/$c.log" 2>&1 || die "building $c failed; see $log_dir/$c.log"
+    mv "$bin_dir/$c.tmp" "$bin_dir/$c"
+  done
+}
+
+build_etcd() {
+  local mod="$cache_root/src/etcd-$ETCD_VERSION"
+  mkdir -p "$mod"
+  echo "build-binaries: building etcd $ETCD_VERSION (log: $log_dir/etcd.log)" >&2
+  (
+    cd "$mod"
+    [ -f go.mod ] || printf 'module dtjob.local/etcdbuild\n\ngo 1.23\n' >go.mod
+    echo 'package main' >tools.go
+    go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION"
+    go build -trimpath -ldflags "-s -w" -o "$bin_dir/etcd.tmp" go.etcd.io/etcd/server/v3
+  ) >"$log_dir/etcd.log" 2>&1 || die "building etcd failed; see $log_dir/etcd.log"
+  mv "$bin_dir/etcd.tmp" "$bin_dir/etcd"
+}
+
+build_install() {  # name module-path version
+  local name=$1 path=$2 version=$3
+  echo "build-binaries: building $name $version (log: $log_dir/$name.log)" >&2
+  local gobin="$cache_root/src/gobin-$name-$version"
+  mkdir -p "$gobin"
+  local ld="-s -w"
+  [ "$name" = helm ] && ld+=" -X helm.sh/helm/v3/internal/version.version=$version"
+  GOBIN="$gobin" go install -trimpath -ldflags "$ld" "$path@$version" >"$log_dir/$name.log" 2>&1 \
+    || die "building $name failed; see $log_dir/$name.log"
+  mv "$gobin/$name" "$bin_dir/$name"
+}
+
+kube_missing=()
+for c in "${missing[@]}"; do
+  case "$c" in
+    etcd) build_etcd ;;
+    kwok) build_install kwok sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION" ;;
+    helm) build_install helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION" ;;
+    *) kube_missing+=("$c") ;;
+  esac
+done
+[ ${#kube_missing[@]} -eq 0 ] || build_kube "${kube_missing[@]}"
+echo "$bin_dir"

@@ -1,0 +1,1 @@
+"""dtjob operator: turns DistributedTrainingJob resources into gangs of training pods."""

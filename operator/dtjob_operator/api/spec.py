@@ -1,0 +1,366 @@
+"""The spec of a DistributedTrainingJob. Field docstrings become `kubectl explain` text."""
+
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from dtjob_operator.api.base import ApiModel
+
+# Kubernetes resource quantity (e.g. "500m", "4", "16Gi"): checked by the API server too.
+QUANTITY_PATTERN = r"^([+]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
+Quantity = Annotated[str, Field(pattern=QUANTITY_PATTERN, max_length=64)]
+# Fragments of Kubernetes core types (tolerations, volumes, ...) are passed through as-is.
+K8sObject = dict[str, Any]
+
+
+class StrategyType(StrEnum):
+    """How the model and the data are spread over the processes of the job."""
+
+    DATA_PARALLEL = "DataParallel"
+    PARAMETER_SERVER = "ParameterServer"
+    MODEL_PARALLEL = "ModelParallel"
+    PIPELINE = "Pipeline"
+    HYBRID = "Hybrid"
+    FSDP = "FSDP"
+    CPU_OFFLOAD = "CPUOffload"
+    AUTO = "Auto"
+
+
+class PSMode(StrEnum):
+    """Parameter-server update rule."""
+
+    SYNC = "Sync"
+    ASYNC = "Async"
+    HOGWILD = "Hogwild"
+    EASGD = "EASGD"
+
+
+class PipelineSchedule(StrEnum):
+    """Micro-batch schedule of torch.distributed.pipelining."""
+
+    GPIPE = "GPipe"
+    ONE_F_ONE_B = "1F1B"
+    INTERLEAVED_1F1B = "Interleaved1F1B"
+
+
+class BackendType(StrEnum):
+    """Collective-communication backend."""
+
+    AUTO = "auto"
+    NCCL = "nccl"
+    GLOO = "gloo"
+
+
+class RoleName(StrEnum):
+    """The roles a job's pods play."""
+
+    WORKER = "worker"
+    PS = "ps"
+    STAGE = "stage"
+
+
+class ModelType(StrEnum):
+    """Model built by the bundled trainer."""
+
+    MLP = "MLP"
+    CNN = "CNN"
+    GPT = "GPT"
+
+
+class DatasetType(StrEnum):
+    """Data set of the bundled trainer; all are bundled or generated, nothing is downloaded."""
+
+    DIGITS = "Digits"
+    SYNTHETIC_TOKENS = "SyntheticTokens"
+
+
+class OptimizerType(StrEnum):
+    """Optimizer of the bundled trainer."""
+
+    SGD = "SGD"
+    ADAM = "Adam"
+    ADAMW = "AdamW"
+
+
+class Precision(StrEnum):
+    """Numeric precision of parameters and compute."""
+
+    FP32 = "fp32"
+    FP64 = "fp64"
+    BF16 = "bf16"
+
+
+class RestartPolicy(StrEnum):
+    """What a failed pod means for the gang."""
+
+    EXIT_CODE = "ExitCode"
+    ON_FAILURE = "OnFailure"
+    NEVER = "Never"
+
+
+class CleanPodPolicy(StrEnum):
+    """Which pods are deleted when the job finishes."""
+
+    ALL = "All"
+    RUNNING = "Running"
+    NONE = "None"
+
+
+class ParameterServerSpec(ApiModel):
+    """Settings of the ParameterServer strategy."""
+
+    mode: PSMode = PSMode.SYNC
+    """Update rule: Sync (all workers' gradients averaged every step), Async (Downpour:
+    workers push gradients and pull parameters without a barrier), Hogwild (lock-free
+    updates to shared parameters by several processes in one pod), EASGD (elastic averaging)."""
+    rho: float = Field(default=0.1, ge=0.0, le=10.0)
+    """EASGD elasticity: how strongly workers are pulled towards the centre parameters."""
+    tau: int = Field(default=4, ge=1, le=100000)
+    """EASGD communication period: workers exchange with the centre every tau steps."""
+    hogwildProcesses: int = Field(default=2, ge=1, le=64)
+    """Hogwild: processes per worker pod that update the shared parameters lock-free."""
+
+
+class PipelineSpec(ApiModel):
+    """Settings of the Pipeline and Hybrid strategies."""
+
+    schedule: PipelineSchedule = PipelineSchedule.GPIPE
+    """Micro-batch schedule: GPipe, 1F1B (needs microbatches >= stages) or Interleaved1F1B."""
+    microbatches: int = Field(default=4, ge=1, le=4096)
+    """Micro-batches each global batch is split into; the batch size must divide evenly."""
+    stagesPerRank: int = Field(default=2, ge=1, le=16)
+    """Interleaved1F1B only: model chunks (virtual stages) each pipeline rank holds."""
+
+
+class HybridSpec(ApiModel):
+    """Settings of the Hybrid (pipeline x data parallel) strategy."""
+
+    dataParallel: int = Field(default=2, ge=1, le=1024)
+    """Data-parallel degree; the pipeline degree is the stage processes divided by it."""
+
+
+class StrategySpec(ApiModel):
+    """The parallelism strategy and its settings."""
+
+    type: StrategyType
+    """DataParallel, ParameterServer, ModelParallel, Pipeline, Hybrid, FSDP, CPUOffload or
+    Auto (chosen from model size vs GPU memory; the choice and its reason go to status)."""
+    backend: BackendType = BackendType.AUTO
+    """Collective backend; auto means nccl when the pods have GPUs, gloo otherwise."""
+    parameterServer: ParameterServerSpec | None = None
+    """ParameterServer settings (only with type ParameterServer)."""
+    pipeline: PipelineSpec | None = None
+    """Pipeline settings (only with type Pipeline or Hybrid)."""
+    hybrid: HybridSpec | None = None
+    """Hybrid settings (only with type Hybrid)."""
+
+
+class PodTemplateOverlay(ApiModel):
+    """Additions to the pods of one role; the operator owns everything else."""
+
+    labels: dict[str, str] | None = None
+    """Extra pod labels (dtjob.io/* keys are reserved)."""
+    annotations: dict[str, str] | None = None
+    """Extra pod annotations."""
+    nodeSelector: dict[str, str] | None = None
+    """Node labels the pods must match."""
+    tolerations: list[K8sObject] | None = None
+    """Tolerations (core/v1 Toleration)."""
+    affinity: K8sObject | None = None
+    """Affinity (core/v1 Affinity)."""
+    volumes: list[K8sObject] | None = None
+    """Extra volumes (core/v1 Volume)."""
+    volumeMounts: list[K8sObject] | None = None
+    """Extra mounts in the trainer container (core/v1 VolumeMount)."""
+    env: list[K8sObject] | None = None
+    """Extra environment of the trainer container (core/v1 EnvVar); contract variables win."""
+    priorityClassName: str | None = Field(default=None, max_length=253)
+    """PriorityClass of these pods (overrides spec.priorityClassName)."""
+    schedulerName: str | None = Field(default=None, max_length=253)
+    """Scheduler that places these pods (e.g. a gang scheduler)."""
+    runtimeClassName: str | None = Field(default=None, max_length=253)
+    """RuntimeClass of these pods (e.g. nvidia)."""
+
+
+class RoleSpec(ApiModel):
+    """One role of the job: how many pods and what each one gets."""
+
+    replicas: int = Field(default=1, ge=1, le=4096)
+    """Number of pods in this role."""
+    gpus: int = Field(default=0, ge=0, le=64)
+    """Whole nvidia.com/gpu per pod (requests = limits)."""
+    procsPerPod: int | None = Field(default=None, ge=1, le=64)
+    """Training processes per pod; defaults to gpus, or 1 for CPU-only pods."""
+    cpu: Quantity | None = None
+    """CPU per pod (requests = limits), e.g. "4"."""
+    memory: Quantity | None = None
+    """Memory per pod (requests = limits), e.g. "16Gi"."""
+    template: PodTemplateOverlay | None = None
+    """Pod additions: nodeSelector, tolerations, volumes, priorityClassName, schedulerName, ..."""
+
+    def processes(self) -> int:
+        """Processes per pod after defaulting."""
+        if self.procsPerPod is not None:
+            return self.procsPerPod
+        return self.gpus if self.gpus > 0 else 1
+
+
+class RolesSpec(ApiModel):
+    """The job's roles; which are required or forbidden depends on the strategy."""
+
+    worker: RoleSpec | None = None
+    """Workers: every strategy except ModelParallel, Pipeline and Hybrid."""
+    ps: RoleSpec | None = None
+    """Parameter servers: ParameterServer strategy only."""
+    stage: RoleSpec | None = None
+    """Pipeline stages: ModelParallel, Pipeline and Hybrid only."""
+
+
+class ModelSpec(ApiModel):
+    """Model of the bundled trainer."""
+
+    type: ModelType = ModelType.MLP
+    """MLP (digits), CNN (digits as 8x8 images) or GPT (decoder on synthetic tokens)."""
+    hiddenSizes: list[int] = Field(default_factory=lambda: [64, 64, 64], min_length=1)
+    """MLP hidden layer widths; stages split the layers, so give at least as many as stages."""
+    layers: int = Field(default=2, ge=1, le=256)
+    """GPT: transformer blocks."""
+    dModel: int = Field(default=64, ge=8, le=16384)
+    """GPT: embedding width (a multiple of heads)."""
+    heads: int = Field(default=4, ge=1, le=256)
+    """GPT: attention heads."""
+    seqLen: int = Field(default=32, ge=2, le=65536)
+    """GPT: tokens per sample."""
+    vocabSize: int = Field(default=256, ge=2, le=1048576)
+    """GPT: vocabulary size of the synthetic tokens."""
+
+
+class DatasetSpec(ApiModel):
+    """Data of the bundled trainer."""
+
+    type: DatasetType = DatasetType.DIGITS
+    """Digits (scikit-learn's bundled 8x8 digits) or SyntheticTokens (generated)."""
+    testFraction: float = Field(default=0.2, gt=0.0, lt=1.0)
+    """Share of Digits held out for the final accuracy."""
+    samples: int = Field(default=8192, ge=1)
+    """SyntheticTokens: number of generated sequences."""
+
+
+class OptimizerSpec(ApiModel):
+    """Optimizer of the bundled trainer."""
+
+    type: OptimizerType = OptimizerType.SGD
+    """SGD, Adam or AdamW."""
+    lr: float = Field(default=0.05, gt=0.0, le=100.0)
+    """Learning rate."""
+    momentum: float = Field(default=0.0, ge=0.0, lt=1.0)
+    """SGD momentum."""
+    weightDecay: float = Field(default=0.0, ge=0.0, le=1.0)
+    """Weight decay."""
+
+
+class TrainerSpec(ApiModel):
+    """What the pods run: the bundled trainer's job, or a custom image + command that reads
+    the same environment contract."""
+
+    image: str | None = Field(default=None, max_length=1024)
+    """Container image; defaults to the operator's configured trainer image."""
+    imagePullPolicy: str | None = Field(default=None, pattern=r"^(Always|IfNotPresent|Never)$")
+    """Always, IfNotPresent or Never."""
+    command: list[str] | None = Field(default=None, min_length=1)
+    """Custom trainer command; when set, the bundled trainer settings below are only
+    passed on in the job config file."""
+    args: list[str] | None = None
+    """Arguments of the custom command."""
+    model: ModelSpec = Field(default_factory=ModelSpec)
+    """Model of the bundled trainer."""
+    dataset: DatasetSpec = Field(default_factory=DatasetSpec)
+    """Data of the bundled trainer."""
+    optimizer: OptimizerSpec = Field(default_factory=OptimizerSpec)
+    """Optimizer of the bundled trainer."""
+    batchSize: int = Field(default=64, ge=1, le=1048576)
+    """Global batch size per step, across all data-parallel processes."""
+    steps: int = Field(default=100, ge=1, le=100000000)
+    """Total optimizer steps (updates per worker for the asynchronous modes)."""
+    seed: int = Field(default=0, ge=0, le=2147483647)
+    """Random seed: same seed and config, same result."""
+    precision: Precision = Precision.FP32
+    """fp32, fp64 (exact equivalence checks) or bf16 (GPU throughput)."""
+    logEverySteps: int = Field(default=10, ge=1, le=1000000)
+    """Log and progress-report interval in steps."""
+
+
+class CheckpointSpec(ApiModel):
+    """Where and how often the trainer checkpoints; resume on restart is automatic."""
+
+    claimName: str | None = Field(default=None, max_length=253)
+    """PersistentVolumeClaim for checkpoints. Without one they go to an emptyDir, which a
+    gang restart loses (pods are recreated)."""
+    mountPath: str = Field(default="/checkpoints", pattern=r"^/.*")
+    """Where the checkpoint volume is mounted in the trainer container."""
+    everySteps: int = Field(default=50, ge=1, le=100000000)
+    """Checkpoint interval in steps (a checkpoint is also written on SIGTERM)."""
+    keep: int = Field(default=2, ge=1, le=100)
+    """Checkpoints kept; older ones are deleted."""
+
+
+class RunPolicy(ApiModel):
+    """Restarts, deadlines and clean-up."""
+
+    backoffLimit: int = Field(default=3, ge=0, le=1000)
+    """Gang restarts allowed after retryable failures before the job fails."""
+    restartPolicy: RestartPolicy = RestartPolicy.EXIT_CODE
+    """ExitCode: exit codes 1-127 are permanent, 128+ (signals, OOM kill) retryable, unless
+    listed below; OnFailure: every failure is retryable; Never: every failure is permanent."""
+    retryableExitCodes: list[Annotated[int, Field(ge=1, le=255)]] | None = None
+    """ExitCode policy: codes that are retryable although the default would say permanent."""
+    permanentExitCodes: list[Annotated[int, Field(ge=1, le=255)]] | None = None
+    """ExitCode policy: codes that are permanent although the default would say retryable."""
+    backoffSeconds: int = Field(default=10, ge=0, le=3600)
+    """Delay before the first gang restart; doubled for each further restart."""
+    maxBackoffSeconds: int = Field(default=300, ge=0, le=86400)
+    """Upper bound of the restart delay."""
+    activeDeadlineSeconds: int | None = Field(default=None, ge=1)
+    """Seconds from start after which the job fails with reason DeadlineExceeded."""
+    ttlSecondsAfterFinished: int | None = Field(default=None, ge=0)
+    """Seconds after Succeeded or Failed after which the job (and its pods) are deleted."""
+    cleanPodPolicy: CleanPodPolicy = CleanPodPolicy.RUNNING
+    """When the job finishes: delete All pods, only Running ones (failed pods stay for their
+    logs until the TTL), or None."""
+
+
+class NetworkSpec(ApiModel):
+    """Rendezvous and collective-communication settings."""
+
+    masterPort: int = Field(default=29500, ge=1024, le=65535)
+    """Port of the rank-0 rendezvous store."""
+    rendezvousTimeoutSeconds: int = Field(default=300, ge=1, le=86400)
+    """How long a process waits to reach rank 0 before failing with a retryable error."""
+    shmSize: Quantity | None = None
+    """Size of the memory-backed /dev/shm; default 1Gi per GPU (at least 1Gi)."""
+    ncclSocketIfname: str | None = Field(default=None, max_length=64)
+    """NCCL_SOCKET_IFNAME; by default the pod's eth0."""
+    ncclDebug: str = Field(default="WARN", pattern=r"^(VERSION|WARN|INFO|TRACE)$")
+    """NCCL_DEBUG level."""
+
+
+class DistributedTrainingJobSpec(ApiModel):
+    """A distributed training job: a strategy, the roles that run it and the trainer."""
+
+    strategy: StrategySpec
+    """Parallelism strategy."""
+    roles: RolesSpec
+    """Pods per role."""
+    trainer: TrainerSpec = Field(default_factory=TrainerSpec)
+    """What the pods run."""
+    checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
+    """Checkpoint location and interval."""
+    runPolicy: RunPolicy = Field(default_factory=RunPolicy)
+    """Restarts, deadlines and clean-up."""
+    network: NetworkSpec = Field(default_factory=NetworkSpec)
+    """Rendezvous and NCCL settings."""
+    suspend: bool = False
+    """batch/v1 Job convention: true removes the pods and keeps the job; false resumes it."""
+    priorityClassName: str | None = Field(default=None, max_length=253)
+    """PriorityClass of the job's pods and of the job in the admission queue."""

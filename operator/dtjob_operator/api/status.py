@@ -1,0 +1,107 @@
+"""The status of a DistributedTrainingJob, written by the operator only."""
+
+from enum import StrEnum
+
+from pydantic import Field
+
+from dtjob_operator.api.base import ApiModel
+
+
+class JobPhase(StrEnum):
+    """Where the job is in its life."""
+
+    PENDING = "Pending"
+    QUEUED = "Queued"
+    STARTING = "Starting"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUSPENDED = "Suspended"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+TERMINAL_PHASES = frozenset({JobPhase.SUCCEEDED, JobPhase.FAILED})
+
+
+class Condition(ApiModel):
+    """A Kubernetes-style condition."""
+
+    type: str
+    """Condition type, e.g. Admitted, Running, Succeeded, Failed."""
+    status: str = Field(pattern=r"^(True|False|Unknown)$")
+    """True, False or Unknown."""
+    reason: str
+    """One-word CamelCase reason."""
+    message: str = ""
+    """Human-readable details."""
+    lastTransitionTime: str
+    """When the status last changed (RFC 3339)."""
+    observedGeneration: int | None = None
+    """The spec generation this condition was computed from."""
+
+
+class ReplicaStatus(ApiModel):
+    """Pod counts of one role."""
+
+    total: int = 0
+    """Pods the role should have."""
+    active: int = 0
+    """Pods that exist and have not finished."""
+    ready: int = 0
+    """Pods that are Running and ready."""
+    succeeded: int = 0
+    """Pods that exited 0."""
+    failed: int = 0
+    """Pods that failed."""
+
+
+class Progress(ApiModel):
+    """Training progress reported by rank 0."""
+
+    step: int | None = None
+    """Optimizer steps done."""
+    totalSteps: int | None = None
+    """Optimizer steps planned."""
+    epoch: float | None = None
+    """Passes over the training data."""
+    loss: float | None = None
+    """Latest training loss."""
+    samplesPerSecond: float | None = None
+    """Recent throughput."""
+    etaSeconds: float | None = None
+    """Estimated seconds to completion."""
+    lastCheckpointStep: int | None = None
+    """Step of the latest checkpoint."""
+    lastCheckpointTime: str | None = None
+    """When the latest checkpoint was written."""
+    accuracy: float | None = None
+    """Held-out accuracy at the end of training."""
+    message: str | None = None
+    """Trainer remark, e.g. which strategy Auto chose and why."""
+    updateTime: str | None = None
+    """When the trainer last reported."""
+
+
+class DistributedTrainingJobStatus(ApiModel):
+    """Observed state of the job."""
+
+    phase: JobPhase = JobPhase.PENDING
+    """Pending, Queued, Starting, Running, Restarting, Suspended, Succeeded or Failed."""
+    conditions: list[Condition] = Field(default_factory=list)
+    """Latest observations of the job's state."""
+    replicaStatuses: dict[str, ReplicaStatus] = Field(default_factory=dict)
+    """Pod counts per role."""
+    ready: str | None = None
+    """Ready pods over total pods (the READY column)."""
+    restarts: int = 0
+    """Gang restarts so far."""
+    startTime: str | None = None
+    """When the job's pods were first created."""
+    completionTime: str | None = None
+    """When the job reached Succeeded or Failed."""
+    lastRestartTime: str | None = None
+    """When the last gang restart began."""
+    progress: Progress | None = None
+    """Training progress from rank 0."""
+    observedGeneration: int | None = None
+    """The spec generation the status was computed from."""
