@@ -1,0 +1,385 @@
+#!/usr/bin/env python3
+"""The local control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler
+and KWOK as background processes, plus fake GPU nodes. Stdlib only, so `make cluster-up`
+and the pytest fixture run the same code without the venv.
+
+Usage: hack/cluster.py up|down|status|kubeconfig
+
+Environment (all optional):
+  DTJOB_CLUSTER_STATE      state dir (logs, pids, pki, etcd data, kubeconfig);
+                           default $DTJOB_CACHE/cluster
+  DTJOB_CLUSTER_PORT_BASE  first of the 127.0.0.1 ports used (default 16440): etcd +0,
+                           etcd peer +1, apiserver +3, controller-manager +4, scheduler +5
+  DTJOB_NODES, DTJOB_GPUS_PER_NODE, DTJOB_NODE_LABELS ("k=v,k2=v2"), DTJOB_NODE_CPU,
+  DTJOB_NODE_MEMORY        the fake GPU nodes (default 4 x 8 nvidia.com/gpu, 64 cpu, 512Gi)
+  DTJOB_BIN_DIR            use these binaries instead of building them
+  DTJOB_CLUSTER_TIMEOUT    seconds to wait for each start-up step (default 60)
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import cluster_api
+import cluster_pki
+
+HACK = Path(__file__).resolve().parent
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+BINARIES = (*COMPONENTS, "kubectl")
+
+
+class ClusterError(RuntimeError):
+    """A failure the user can act on; printed as one line."""
+
+
+@dataclass(frozen=True)
+class Config:
+    state: Path
+    port_base: int
+    nodes: int
+    gpus: int
+    labels: dict[str, str]
+    cpu: str
+    memory: str
+    timeout: float
+
+    @classmethod
+    def from_env(cls) -> Config:
+        env = os.environ
+        cache = Path(env.get("DTJOB_CACHE") or Path.home() / ".cache" / "dtjob")
+        try:
+            return cls(
+                state=Path(env.get("DTJOB_CLUSTER_STATE") or cache / "cluster").resolve(),
+                port_base=int(env.get("DTJOB_CLUSTER_PORT_BASE") or 16440),
+                nodes=int(env.get("DTJOB_NODES") or 4),
+                gpus=int(env.get("DTJOB_GPUS_PER_NODE") or 8),
+                labels=cluster_api.parse_labels(env.get("DTJOB_NODE_LABELS", "")),
+                cpu=env.get("DTJOB_NODE_CPU") or "64",
+                memory=env.get("DTJOB_NODE_MEMORY") or "512Gi",
+                timeout=float(env.get("DTJOB_CLUSTER_TIMEOUT") or 60),
+            )
+        except ValueError as e:
+            raise ClusterError(f"bad cluster setting: {e}") from e
+
+    @property
+    def ports(self) -> dict[str, int]:
+        b = self.port_base
+        return {
+            "etcd": b, "etcd-peer": b + 1, "kube-apiserver": b + 3,
+            "kube-controller-manager": b + 4, "kube-scheduler": b + 5,
+        }  # fmt: skip
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.ports['kube-apiserver']}"
+
+    pki = property(lambda self: self.state / "pki")
+    kubeconfig = property(lambda self: self.state / "kubeconfig")
+
+    def log(self, name: str) -> Path:
+        return self.state / "logs" / f"{name}.log"
+
+    def pidfile(self, name: str) -> Path:
+        return self.state / "pids" / f"{name}.pid"
+
+
+def bin_dir() -> Path:
+    """The pinned binaries, built on first use (hack/build-binaries.sh caches them)."""
+    if os.environ.get("DTJOB_BIN_DIR"):
+        return Path(os.environ["DTJOB_BIN_DIR"])
+    proc = subprocess.run(
+        [str(HACK / "build-binaries.sh"), *BINARIES], stdout=subprocess.PIPE, text=True
+    )  # its stderr (progress, the one-line failure) goes straight to the user
+    if proc.returncode != 0:
+        raise ClusterError("building the cluster binaries failed (see the line above)")
+    return Path(proc.stdout.strip().splitlines()[-1])
+
+
+def command(cfg: Config, name: str, bins: Path) -> list[str]:
+    """The command line of one component. Every listener is on 127.0.0.1."""
+    p, pki, st = cfg.ports, cfg.pki, cfg.state
+    loop = "http://127.0.0.1"
+    if name == "etcd":
+        return [
+            str(bins / "etcd"), "--name=dtjob", f"--data-dir={st / 'etcd'}",
+            f"--listen-client-urls={loop}:{p['etcd']}",
+            f"--advertise-client-urls={loop}:{p['etcd']}",
+            f"--listen-peer-urls={loop}:{p['etcd-peer']}",
+            f"--initial-advertise-peer-urls={loop}:{p['etcd-peer']}",
+            f"--initial-cluster=dtjob={loop}:{p['etcd-peer']}",
+            # A throwaway test store: durability buys nothing and fsync costs seconds.
+            "--unsafe-no-fsync", "--log-level=warn",
+        ]  # fmt: skip
+    if name == "kube-apiserver":
+        return [
+            str(bins / "kube-apiserver"), f"--etcd-servers={loop}:{p['etcd']}",
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+            f"--secure-port={p['kube-apiserver']}", f"--cert-dir={st / 'apiserver'}",
+            f"--tls-cert-file={pki / 'apiserver.crt'}",
+            f"--tls-private-key-file={pki / 'apiserver.key'}",
+            f"--client-ca-file={pki / 'ca.crt'}", "--authorization-mode=Node,RBAC",
+            # Added to the default plugins (which include ResourceQuota).
+            "--enable-admission-plugins=NodeRestriction",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={pki / 'sa.pub'}",
+            f"--service-account-signing-key-file={pki / 'sa.key'}",
+            "--service-cluster-ip-range=10.96.0.0/16", "--allow-privileged=true",
+            f"--kubelet-client-certificate={pki / 'admin.crt'}",
+            f"--kubelet-client-key={pki / 'admin.key'}",
+            # Endpoints may not hold a loopback address; the reconciler would only log errors.
+            "--endpoint-reconciler-type=none", "--profiling=false",
+        ]  # fmt: skip
+    own_kc = str(st / f"{name}.kubeconfig")
+    common = [
+        f"--kubeconfig={own_kc}", f"--authentication-kubeconfig={own_kc}",
+        f"--authorization-kubeconfig={own_kc}", "--bind-address=127.0.0.1",
+        f"--secure-port={p.get(name)}", "--leader-elect=false",  # one instance: no election wait
+    ]  # fmt: skip
+    if name == "kube-controller-manager":
+        return [
+            str(bins / name), *common, "--use-service-account-credentials=true",
+            f"--service-account-private-key-file={pki / 'sa.key'}",
+            f"--root-ca-file={pki / 'ca.crt'}",
+            f"--cluster-signing-cert-file={pki / 'ca.crt'}",
+            f"--cluster-signing-key-file={pki / 'ca.key'}",
+        ]  # fmt: skip
+    if name == "kube-scheduler":
+        return [str(bins / name), *common]
+    if name == "kwok":
+        configs = sorted((HACK / "kwok").glob("*.yaml"))
+        return [
+            str(bins / "kwok"), f"--kubeconfig={cfg.kubeconfig}",
+            # Explicit configs: KWOK would otherwise read ~/.kwok/kwok.yaml.
+            *(f"--config={c}" for c in configs),
+            "--manage-all-nodes=false",
+            f"--manage-nodes-with-annotation-selector={cluster_api.KWOK_ANNOTATION}=fake",
+            "--node-lease-duration-seconds=40", "--cidr=10.0.0.1/16",
+        ]  # fmt: skip
+    raise ValueError(name)
+
+
+def running_pid(cfg: Config, name: str) -> int | None:
+    """The recorded PID if that process is alive and still ours (guards against PID reuse)."""
+    try:
+        pid = int(cfg.pidfile(name).read_text())
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except (OSError, ValueError):
+        return None
+    if Path(argv[0].decode()).name != name or str(cfg.state).encode() not in b"\0".join(argv):
+        return None
+    return pid
+
+
+def start(cfg: Config, name: str, bins: Path) -> subprocess.Popen[bytes]:
+    cfg.log(name).parent.mkdir(parents=True, exist_ok=True)
+    cfg.pidfile(name).parent.mkdir(parents=True, exist_ok=True)
+    with cfg.log(name).open("wb") as log:
+        # Own session: Ctrl-C in the terminal that ran cluster-up does not reach it.
+        proc = subprocess.Popen(
+            command(cfg, name, bins), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+            start_new_session=True,
+        )  # fmt: skip
+    cfg.pidfile(name).write_text(f"{proc.pid}\n")
+    return proc
+
+
+def stop(cfg: Config, names: tuple[str, ...] = COMPONENTS) -> list[str]:
+    """SIGTERM the recorded processes (dependents first), SIGKILL what outlives 10 s."""
+    pids = {n: pid for n in reversed(names) if (pid := running_pid(cfg, n))}
+    for pid in pids.values():
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    for name, pid in pids.items():
+        while running_pid(cfg, name) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if running_pid(cfg, name):
+            os.kill(pid, signal.SIGKILL)
+    for name in names:
+        while running_pid(cfg, name):  # a killed process is gone once its parent reaps it
+            time.sleep(0.05)
+        cfg.pidfile(name).unlink(missing_ok=True)
+    return list(pids)
+
+
+def check_ports_free(cfg: Config) -> None:
+    for owner, port in cfg.ports.items():
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                raise ClusterError(
+                    f"port 127.0.0.1:{port} (for {owner}) is in use; free it or set "
+                    "DTJOB_CLUSTER_PORT_BASE to another range"
+                ) from None
+
+
+def wait(cfg: Config, what: str, ok, procs: dict[str, subprocess.Popen[bytes]], log: str) -> None:
+    """Poll ok() until true; fail fast, naming the log, if a started component exits."""
+    deadline = time.monotonic() + cfg.timeout
+    while not ok():
+        for name, proc in procs.items():
+            if proc.poll() is not None:
+                raise ClusterError(
+                    f"{name} exited with code {proc.returncode} during start-up; "
+                    f"see {cfg.log(name)}"
+                )
+        if time.monotonic() > deadline:
+            raise ClusterError(f"{what} not reached after {cfg.timeout:.0f} s; see {log}")
+        time.sleep(0.1)
+
+
+def create_nodes(cfg: Config, api: cluster_api.Api) -> list[str]:
+    names = [f"dtjob-gpu-{i}" for i in range(cfg.nodes)]
+    for name in names:
+        node = cluster_api.gpu_node(name, cfg.gpus, cfg.labels, cfg.cpu, cfg.memory)
+        try:
+            api.create("/api/v1/nodes", node)
+        except urllib.error.HTTPError as e:
+            detail = e.read().decode(errors="replace")[:300]
+            raise ClusterError(f"creating node {name} was refused ({e.code}): {detail}") from e
+    return names
+
+
+def nodes_ready(api: cluster_api.Api, names: list[str]) -> bool:
+    try:
+        items = api.request("GET", "/api/v1/nodes")["items"]
+    except (OSError, urllib.error.URLError):
+        return False
+    ready = {n["metadata"]["name"] for n in items if cluster_api.node_is_ready(n)}
+    return set(names) <= ready
+
+
+def up(cfg: Config) -> None:
+    t0 = time.monotonic()
+    bins = bin_dir()
+    api = cluster_api.Api(cfg.server, cfg.pki) if (cfg.pki / ".complete").exists() else None
+    alive = [n for n in COMPONENTS if running_pid(cfg, n)]
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    if len(alive) == len(COMPONENTS) and api and api.ready():
+        print(f"cluster-up: already running (state {cfg.state})", file=sys.stderr)
+    else:
+        if alive:  # a half-running cluster: start over rather than guess
+            print(f"cluster-up: restarting partial cluster ({', '.join(alive)})", file=sys.stderr)
+            stop(cfg)
+        procs = start_all(cfg, bins)
+        api = cluster_api.Api(cfg.server, cfg.pki)
+    try:
+        names = create_nodes(cfg, api)
+        logs = f"{cfg.log('kwok')} and {cfg.log('kube-controller-manager')}"
+        wait(cfg, f"{cfg.nodes} Ready GPU nodes", lambda: nodes_ready(api, names), procs, logs)
+    except BaseException:
+        if procs:  # only undo what this run started
+            stop(cfg)
+        raise
+    print(
+        f"cluster-up: {cfg.nodes} nodes x {cfg.gpus} nvidia.com/gpu Ready in "
+        f"{time.monotonic() - t0:.1f} s; KUBECONFIG={cfg.kubeconfig}",
+        file=sys.stderr,
+    )
+
+
+def start_all(cfg: Config, bins: Path) -> dict[str, subprocess.Popen[bytes]]:
+    check_ports_free(cfg)
+    try:
+        cluster_pki.ensure_pki(cfg.pki)
+    except cluster_pki.PkiError as e:
+        raise ClusterError(f"generating certificates in {cfg.pki}: {e}") from e
+    for user in ("admin", "kube-controller-manager", "kube-scheduler"):
+        path = cfg.kubeconfig if user == "admin" else cfg.state / f"{user}.kubeconfig"
+        cluster_pki.write_kubeconfig(path, cfg.pki, user, cfg.server)
+    # A fresh store each time: tests must not inherit objects from an earlier run.
+    subprocess.run(["rm", "-rf", str(cfg.state / "etcd")], check=True)
+    cfg.state.joinpath("bin-dir").write_text(f"{bins}\n")
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    api = cluster_api.Api(cfg.server, cfg.pki)
+    try:
+        # The apiserver retries etcd itself, so both start together.
+        for name in ("etcd", "kube-apiserver"):
+            procs[name] = start(cfg, name, bins)
+        wait(cfg, "kube-apiserver /readyz", api.ready, procs, str(cfg.log("kube-apiserver")))
+        for name in ("kube-controller-manager", "kube-scheduler", "kwok"):
+            procs[name] = start(cfg, name, bins)
+    except BaseException:
+        stop(cfg)
+        raise
+    return procs
+
+
+def down(cfg: Config) -> None:
+    stopped = stop(cfg)
+    subprocess.run(["rm", "-rf", str(cfg.state / "etcd")], check=True)
+    print(f"cluster-down: stopped {', '.join(stopped) or 'nothing (not running)'}", file=sys.stderr)
+
+
+def status(cfg: Config) -> int:
+    api = cluster_api.Api(cfg.server, cfg.pki) if (cfg.pki / ".complete").exists() else None
+    running = 0
+    for name in COMPONENTS:
+        pid = running_pid(cfg, name)
+        running += bool(pid)
+        state = f"running (pid {pid})" if pid else "stopped"
+        print(f"{name:24} {state:20} log {cfg.log(name)}")
+    if api and api.ready():
+        items = api.request("GET", "/api/v1/nodes")["items"]
+        ready = sum(cluster_api.node_is_ready(n) for n in items)
+        print(f"apiserver {cfg.server} ready; nodes {ready}/{len(items)} Ready")
+        print(f"KUBECONFIG={cfg.kubeconfig}")
+    return 0 if running == len(COMPONENTS) else 1
+
+
+def external_kubeconfig() -> str | None:
+    """DTJOB_KUBECONFIG names a cluster someone else runs; then nothing local is started.
+
+    A dedicated variable, not KUBECONFIG, so an ambient production context is never used
+    by accident.
+    """
+    path = os.environ.get("DTJOB_KUBECONFIG")
+    if path and not Path(path).is_file():
+        raise ClusterError(f"DTJOB_KUBECONFIG={path} does not exist")
+    return path
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2 or argv[1] not in ("up", "down", "status", "kubeconfig"):
+        print(__doc__, file=sys.stderr)
+        return 2
+    verb = argv[1]
+    try:
+        cfg = Config.from_env()
+        if external := external_kubeconfig():
+            if verb == "kubeconfig":
+                print(Path(external).resolve())
+            else:
+                print(f"cluster-{verb}: DTJOB_KUBECONFIG is set; using {external}", file=sys.stderr)
+            return 0
+        if verb == "kubeconfig":
+            print(cfg.kubeconfig)
+            return 0
+        if verb == "status":
+            return status(cfg)
+        cfg.state.mkdir(parents=True, exist_ok=True)
+        # One cluster per state dir even when two shells (or test sessions) race.
+        with open(cfg.state / ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            up(cfg) if verb == "up" else down(cfg)
+        return 0
+    except ClusterError as e:
+        print(f"cluster-{verb}: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,21 @@
+# `make test`: everything CI runs (.ci/run). Lint first (cheap, fails fast), then every test
+# except e2e in one pytest run. Integration tests start the local cluster through their
+# fixture; its binaries are built here first, so a cold build is not charged to one test's
+# timeout.
+TEST_BINARIES = etcd kube-apiserver kube-controller-manager kube-scheduler kwok kubectl helm
+PYTEST_ARGS ?=
+
+.PHONY: test test-integration _pytest
+
+test: ## lint, then all tests but e2e (builds what they need on first run)
+	@if grep -qs '^\[tool.ruff' $(TOP)/pyproject.toml; then $(MAKE) --no-print-directory lint; fi
+	@$(MAKE) --no-print-directory _pytest PYTEST_MARK="not e2e"
+
+test-integration: ## only the tests against the control plane
+	@$(MAKE) --no-print-directory _pytest PYTEST_MARK="integration"
+
+_pytest:
+	@[ -n "$$DTJOB_KUBECONFIG" ] || $(TOP)/hack/build-binaries.sh $(TEST_BINARIES) >/dev/null
+	@# Exit 5 means pytest collected nothing at all: a broken test tree, never a pass.
+	@rc=0; $(PY) -m pytest tests -m "$(PYTEST_MARK)" $(PYTEST_ARGS) || rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test: pytest found no tests to run" >&2; fi; exit $$rc

@@ -1,0 +1,22 @@
+"""Shared pytest configuration for every test tree.
+
+Markers (registered in pyproject.toml, --strict-markers) follow the directory, so a test
+cannot forget them: tests/integration needs the control plane, tests/e2e a real node too.
+`make test` runs `-m "not e2e"`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+_BY_DIR = {"integration": pytest.mark.integration, "e2e": pytest.mark.e2e}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    root = Path(__file__).parent
+    for item in items:
+        parts = Path(item.path).relative_to(root).parts
+        if parts and parts[0] in _BY_DIR:
+            item.add_marker(_BY_DIR[parts[0]])

@@ -1,0 +1,213 @@
+"""Test helpers for the real (local or given) cluster: fluent builders, a polling wait, and
+the knobs that drive KWOK's fake pods and nodes (see hack/kwok/*.yaml).
+
+Builders return plain dicts (the API's own JSON), so what a test sends is what it reads.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+T = TypeVar("T")
+
+GPU = "nvidia.com/gpu"
+# Annotations read by the KWOK stages in hack/kwok/ (the fake kubelet's knobs).
+EXIT_CODE = "dtjob.io/kwok-exit-code"  # "0" -> Succeeded, other -> Failed with that code
+EXIT_AFTER = "dtjob.io/kwok-exit-after"  # Go duration before the exit, e.g. "5s"
+EXIT_REASON = "dtjob.io/kwok-reason"  # container terminated reason (default Completed/Error)
+NODE_READY = "dtjob.io/kwok-node-ready"  # "false" holds a fake node NotReady
+KWOK_NODE = "kwok.x-k8s.io/node"
+
+
+def wait_for(
+    check: Callable[[], T], timeout: float = 30, interval: float = 0.2, what: str = "condition"
+) -> T:
+    """Call check() until it returns something truthy and return that.
+
+    Raises TimeoutError naming `what` and the last value seen, so a failing test says what
+    it was waiting for instead of just timing out.
+    """
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        last = check()
+        if last:
+            return last
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"gave up after {timeout:.0f} s waiting for {what}; last: {last!r}")
+        time.sleep(interval)
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+class PodBuilder:
+    """`PodBuilder("w-0").gpus(2).annotate(EXIT_CODE, "137").build()`."""
+
+    def __init__(self, name: str, image: str = "registry.local/trainer:test") -> None:
+        self._pod: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "labels": {}, "annotations": {}},
+            "spec": {
+                "restartPolicy": "Never",
+                "containers": [{"name": "main", "image": image, "resources": {}}],
+            },
+        }
+
+    def gpus(self, n: int) -> PodBuilder:
+        # Extended resources must have request == limit; setting only the limit implies both.
+        self._container["resources"].setdefault("limits", {})[GPU] = str(n)
+        return self
+
+    def requests(self, **resources: str) -> PodBuilder:
+        self._container["resources"].setdefault("requests", {}).update(resources)
+        return self
+
+    def label(self, key: str, value: str) -> PodBuilder:
+        self._pod["metadata"]["labels"][key] = value
+        return self
+
+    def annotate(self, key: str, value: str) -> PodBuilder:
+        self._pod["metadata"]["annotations"][key] = value
+        return self
+
+    def exits(self, code: int, after: str | None = None) -> PodBuilder:
+        """Run, then exit with `code` (after a Go duration, if given) on its own."""
+        self.annotate(EXIT_CODE, str(code))
+        return self.annotate(EXIT_AFTER, after) if after else self
+
+    def owned_by(self, owner: Any) -> PodBuilder:
+        """Owner reference to any API object (model or dict) with kind/apiVersion/name/uid."""
+        o = owner if isinstance(owner, dict) else _as_dict(owner)
+        ref = {
+            "apiVersion": o["apiVersion"],
+            "kind": o["kind"],
+            "name": o["metadata"]["name"],
+            "uid": o["metadata"]["uid"],
+            "blockOwnerDeletion": True,
+            "controller": True,
+        }
+        self._pod["metadata"].setdefault("ownerReferences", []).append(ref)
+        return self
+
+    def node_selector(self, **labels: str) -> PodBuilder:
+        self._pod["spec"].setdefault("nodeSelector", {}).update(labels)
+        return self
+
+    def tolerate(self, key: str) -> PodBuilder:
+        self._pod["spec"].setdefault("tolerations", []).append({"key": key, "operator": "Exists"})
+        return self
+
+    def build(self) -> dict[str, Any]:
+        return self._pod
+
+    @property
+    def _container(self) -> dict[str, Any]:
+        return self._pod["spec"]["containers"][0]
+
+
+def _as_dict(obj: Any) -> dict[str, Any]:
+    return client.ApiClient().sanitize_for_serialization(obj)  # type: ignore[no-any-return]
+
+
+def create_namespace(core: client.CoreV1Api, prefix: str = "t") -> str:
+    """A fresh namespace, returned once its default ServiceAccount exists (the
+    ServiceAccount admission plugin refuses pods until the controller-manager made it)."""
+    name = unique(prefix)
+    core.create_namespace({"metadata": {"name": name, "labels": {"dtjob.io/test": "true"}}})
+    wait_for(
+        lambda: _exists(lambda: core.read_namespaced_service_account("default", name)),
+        what=f"ServiceAccount default in {name}",
+    )
+    return name
+
+
+def _exists(read: Callable[[], Any]) -> bool:
+    try:
+        read()
+    except ApiException as e:
+        if e.status == 404:
+            return False
+        raise
+    return True
+
+
+def pod_phase(core: client.CoreV1Api, ns: str, name: str) -> str | None:
+    return core.read_namespaced_pod(name, ns).status.phase
+
+
+def wait_pod_phase(
+    core: client.CoreV1Api, ns: str, name: str, phase: str, timeout: float = 30
+) -> client.V1Pod:
+    def check() -> client.V1Pod | None:
+        pod = core.read_namespaced_pod(name, ns)
+        return pod if pod.status.phase == phase else None
+
+    return wait_for(check, timeout, what=f"pod {ns}/{name} phase {phase}")
+
+
+def drive_pod_exit(
+    core: client.CoreV1Api, ns: str, name: str, code: int, reason: str | None = None
+) -> client.V1Pod:
+    """Make a Running fake pod's containers exit with `code`; wait for the terminal phase."""
+    annotations = {EXIT_CODE: str(code)}
+    if reason:
+        annotations[EXIT_REASON] = reason
+    core.patch_namespaced_pod(name, ns, {"metadata": {"annotations": annotations}})
+    return wait_pod_phase(core, ns, name, "Succeeded" if code == 0 else "Failed")
+
+
+def exit_codes(pod: client.V1Pod) -> dict[str, int]:
+    """Container name -> exit code, from the pod's status (terminated containers only)."""
+    return {
+        s.name: s.state.terminated.exit_code
+        for s in pod.status.container_statuses or []
+        if s.state and s.state.terminated
+    }
+
+
+def events_for(core: client.CoreV1Api, ns: str, name: str, reason: str) -> list[client.CoreV1Event]:
+    events = core.list_namespaced_event(ns, field_selector=f"involvedObject.name={name}").items
+    return [e for e in events if e.reason == reason]
+
+
+def fake_gpu_node(
+    name: str, gpus: int = 8, labels: dict[str, str] | None = None, taint: str | None = None
+) -> dict[str, Any]:
+    """An extra KWOK node for a test that changes node state; a taint keeps other pods off."""
+    res = {"cpu": "64", "memory": "512Gi", "pods": "110", GPU: str(gpus)}
+    node: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {KWOK_NODE: "fake"},
+            "labels": {"kubernetes.io/hostname": name, "type": "kwok", **(labels or {})},
+        },
+        "spec": {"taints": [{"key": taint, "effect": "NoSchedule"}]} if taint else {},
+        "status": {"capacity": res, "allocatable": res},
+    }
+    return node
+
+
+def node_ready(core: client.CoreV1Api, name: str) -> bool | None:
+    """True/False from the node's Ready condition; None while it has none."""
+    for c in core.read_node(name).status.conditions or []:
+        if c.type == "Ready":
+            return c.status == "True"
+    return None
+
+
+def set_node_ready(core: client.CoreV1Api, name: str, ready: bool) -> None:
+    """Make a fake node's kubelet report Ready (or NotReady) and wait until it does."""
+    value = None if ready else "false"  # null in a merge patch removes the annotation
+    core.patch_node(name, {"metadata": {"annotations": {NODE_READY: value}}})
+    wait_for(lambda: node_ready(core, name) is ready, what=f"node {name} Ready={ready}")

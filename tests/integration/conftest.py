@@ -1,0 +1,87 @@
+"""The cluster for integration tests: the local control plane from hack/cluster.py (started
+on demand, the same code as `make cluster-up`), or the cluster DTJOB_KUBECONFIG names.
+
+A session that starts the cluster stops it at the end unless another pytest session is
+still using it or DTJOB_KEEP_CLUSTER=1; a cluster started with `make cluster-up` is left
+running.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from kubernetes import client, config
+
+from helpers.cluster import cluster_cmd
+from helpers.kube import create_namespace
+
+
+@dataclass(frozen=True)
+class Cluster:
+    kubeconfig: Path
+    api: client.ApiClient
+    local: bool  # ours: KWOK fake GPU nodes and the hack/kwok stages are there
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api)
+
+
+def _live_users(users: Path) -> list[Path]:
+    live = []
+    for f in users.glob("*"):
+        if Path(f"/proc/{f.name}").exists():
+            live.append(f)
+        else:
+            f.unlink(missing_ok=True)  # a session that crashed
+    return live
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    external = os.environ.get("DTJOB_KUBECONFIG")
+    if external:
+        yield Cluster(Path(external), config.new_client_from_config(external), local=False)
+        return
+    kubeconfig = Path(cluster_cmd("kubeconfig").stdout.strip())
+    users = kubeconfig.parent / "pytest-sessions"
+    users.mkdir(parents=True, exist_ok=True)
+    me = users / str(os.getpid())
+    me.touch()
+    was_running = cluster_cmd("status").returncode == 0
+    up = cluster_cmd("up")
+    if up.returncode != 0:
+        me.unlink(missing_ok=True)
+        pytest.fail(f"local cluster did not start: {up.stderr.strip()}", pytrace=False)
+    try:
+        yield Cluster(kubeconfig, config.new_client_from_config(str(kubeconfig)), local=True)
+    finally:
+        me.unlink(missing_ok=True)
+        keep = os.environ.get("DTJOB_KEEP_CLUSTER") == "1"
+        if not was_running and not keep and not _live_users(users):
+            cluster_cmd("down")
+
+
+@pytest.fixture
+def local_cluster(cluster: Cluster) -> Cluster:
+    """For tests that drive KWOK's fake pods and nodes: skip on a cluster we did not build."""
+    if not cluster.local:
+        pytest.skip("needs the local KWOK cluster (DTJOB_KUBECONFIG points elsewhere)")
+    return cluster
+
+
+@pytest.fixture
+def core(cluster: Cluster) -> client.CoreV1Api:
+    return cluster.core
+
+
+@pytest.fixture
+def namespace(cluster: Cluster) -> Iterator[str]:
+    """A fresh namespace per test, deleted afterwards (the namespace controller finishes it)."""
+    name = create_namespace(cluster.core)
+    yield name
+    cluster.core.delete_namespace(name)
