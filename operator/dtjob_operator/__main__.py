@@ -1,0 +1,36 @@
+"""`dtjob-operator` / `python -m dtjob_operator`: run the operator against the current cluster."""
+
+from __future__ import annotations
+
+import logging
+
+import kopf
+
+from dtjob_operator import handlers
+from dtjob_operator.k8s import KubeApi, load_client_config
+from dtjob_operator.metrics import OperatorMetrics
+from dtjob_operator.reconcile import Reconciler
+from dtjob_operator.settings import OperatorSettings
+
+
+def main() -> None:
+    """Build the settings once, wire the handlers, and hand control to kopf."""
+    settings = OperatorSettings()
+    logging.basicConfig(
+        level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    reconciler = Reconciler(KubeApi(load_client_config()), settings, OperatorMetrics())
+    registry = kopf.OperatorRegistry()
+    handlers.register(registry, reconciler, settings)
+    kopf.run(
+        registry=registry,
+        clusterwide=not settings.namespaces,
+        namespaces=settings.namespaces,
+        liveness_endpoint=settings.liveness_endpoint or None,
+        standalone=settings.standalone,
+        peering_name=settings.peering_name,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""kopf wiring: watch events only enqueue job keys; the Reconciler does the work.
+
+Handlers stay thin on purpose: kopf gives us watches, peering and the health endpoint, and
+the work queue gives one-reconcile-per-job-at-a-time and collapses bursts of pod events.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import kopf
+
+from dtjob_operator.api import GROUP, PLURAL, VERSION
+from dtjob_operator.k8s import JOB_LABEL
+from dtjob_operator.reconcile import Reconciler
+from dtjob_operator.settings import OperatorSettings
+
+
+def register(
+    registry: kopf.OperatorRegistry, reconciler: Reconciler, settings: OperatorSettings
+) -> None:
+    """Register the operator's handlers on `registry`."""
+
+    @kopf.on.startup(registry=registry)
+    def on_startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+        # Our handlers never fail, so kopf's own events about handler progress are noise.
+        settings.posting.level = logging.WARNING
+        settings.watching.server_timeout = 300
+        settings.watching.client_timeout = 330
+        reconciler.start(operator_settings.workers)
+        if operator_settings.metrics_port:
+            reconciler.metrics.serve(operator_settings.metrics_port)
+
+    operator_settings = settings
+
+    @kopf.on.cleanup(registry=registry)
+    def on_cleanup(**_: Any) -> None:
+        reconciler.stop()
+
+    @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
+    def on_job_event(namespace: str, name: str, **_: Any) -> None:
+        reconciler.queue.add((namespace, name))
+
+    @kopf.on.event("", "v1", "pods", labels={JOB_LABEL: kopf.PRESENT}, registry=registry)
+    def on_pod_event(namespace: str, labels: dict[str, str], **_: Any) -> None:
+        reconciler.queue.add((namespace, labels[JOB_LABEL]))
+
+    # The trainer writes progress into a per-job ConfigMap; its change is a reason to look.
+    @kopf.on.event("", "v1", "configmaps", labels={JOB_LABEL: kopf.PRESENT}, registry=registry)
+    def on_config_map_event(namespace: str, labels: dict[str, str], **_: Any) -> None:
+        reconciler.queue.add((namespace, labels[JOB_LABEL]))

@@ -1,0 +1,149 @@
+"""The operator's only door to the Kubernetes API (sync client, used from worker threads).
+
+Objects go in and come out as plain JSON dicts (camelCase), the same shape the pure
+builders produce and the planner reads, so nothing above this module sees client models.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+from dtjob_operator.api import GROUP, KIND, PLURAL, VERSION
+
+log = logging.getLogger(__name__)
+Obj = dict[str, Any]
+
+JOB_LABEL = "dtjob.io/job-name"
+
+
+def load_client_config() -> client.ApiClient:
+    """In-cluster credentials when running in a pod, else the kubeconfig (KUBECONFIG)."""
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config()
+    cfg = client.Configuration.get_default_copy()
+    # Worker threads share one connection pool; size it for them plus watch-free calls.
+    cfg.connection_pool_maxsize = 32
+    return client.ApiClient(cfg)
+
+
+class KubeApi:
+    """Thin typed wrapper over the calls the reconciler makes."""
+
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self.core = client.CoreV1Api(api_client)
+        self.rbac = client.RbacAuthorizationV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+
+    # -- reads --------------------------------------------------------------------------
+
+    def get_job(self, namespace: str, name: str) -> Obj | None:
+        """The job as stored, or None when it is gone."""
+        try:
+            job: Obj = self.custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, name
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return job
+
+    def list_pods(self, namespace: str, job_name: str) -> list[Obj]:
+        """Pods labelled as belonging to the job, as raw JSON."""
+        resp = self.core.list_namespaced_pod(
+            namespace, label_selector=f"{JOB_LABEL}={job_name}", _preload_content=False
+        )
+        items: list[Obj] = json.loads(resp.data)["items"]
+        return items
+
+    def list_config_maps(self, namespace: str, job_name: str) -> list[Obj]:
+        """ConfigMaps labelled as belonging to the job, as raw JSON."""
+        resp = self.core.list_namespaced_config_map(
+            namespace, label_selector=f"{JOB_LABEL}={job_name}", _preload_content=False
+        )
+        items: list[Obj] = json.loads(resp.data)["items"]
+        return items
+
+    # -- writes -------------------------------------------------------------------------
+
+    def create(self, obj: Obj) -> bool:
+        """Create a child; False when it already exists (creation is idempotent)."""
+        ns = obj["metadata"]["namespace"]
+        kind = obj["kind"]
+        creators = {
+            "Pod": self.core.create_namespaced_pod,
+            "Service": self.core.create_namespaced_service,
+            "ConfigMap": self.core.create_namespaced_config_map,
+            "ServiceAccount": self.core.create_namespaced_service_account,
+            "Role": self.rbac.create_namespaced_role,
+            "RoleBinding": self.rbac.create_namespaced_role_binding,
+        }
+        if kind not in creators:
+            raise ValueError(f"cannot create a {kind}: not a child kind of a job")
+        try:
+            creators[kind](ns, obj)
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise
+        return True
+
+    def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
+        """Delete a pod; already gone is fine."""
+        try:
+            self.core.delete_namespaced_pod(
+                name, namespace, grace_period_seconds=grace_seconds, _preload_content=False
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    def delete_job(self, namespace: str, name: str) -> None:
+        """Delete the job; its children follow through owner references (background GC)."""
+        try:
+            self.custom.delete_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, name, propagation_policy="Background"
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    def patch_status(self, namespace: str, name: str, status: Obj) -> None:
+        """Merge-patch the status subresource with `status` (None values delete keys)."""
+        self.custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, namespace, PLURAL, name, {"status": status}
+        )
+
+    def emit_event(self, job: Obj, event_type: str, reason: str, message: str) -> None:
+        """Record a core/v1 Event on the job; failures are logged, never raised."""
+        meta = job["metadata"]
+        now = datetime.now(UTC)
+        body = {
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": KIND,
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta["uid"],
+            },
+            "type": event_type,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": "dtjob-operator"},
+            "firstTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "lastTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "count": 1,
+        }
+        try:
+            self.core.create_namespaced_event(meta["namespace"], body)
+        except ApiException as exc:
+            log.warning("could not record event %s on %s: %s", reason, meta["name"], exc.reason)

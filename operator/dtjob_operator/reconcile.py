@@ -1,0 +1,193 @@
+"""One idempotent reconcile per job: observe -> plan (pure) -> apply.
+
+Reading top to bottom: fetch the job and its children, return if it is gone, let the pure
+planner (lifecycle.plan) decide what should exist and what the status is, create what is
+missing, delete what must go, patch the status only when it changed, record events for
+transitions, and tell the queue when to look again. Every step is safe to repeat, so an
+operator restart at any moment loses nothing and creates no duplicates (children have
+deterministic names; a create that finds the object already there is a no-op).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes.client.rest import ApiException
+
+from dtjob_operator import lifecycle
+from dtjob_operator.k8s import KubeApi, Obj
+from dtjob_operator.metrics import OperatorMetrics
+from dtjob_operator.naming import progress_config_map_name
+from dtjob_operator.settings import OperatorSettings
+from dtjob_operator.workqueue import WorkQueue
+
+log = logging.getLogger(__name__)
+JobKey = tuple[str, str]  # (namespace, name)
+
+# Retry delays after an API error: short first (a conflict usually clears at once), capped
+# so a broken job is retried every few minutes rather than hammering the API server.
+ERROR_BACKOFF_BASE = 0.5
+ERROR_BACKOFF_MAX = 300.0
+
+
+def owned_by(obj: Obj, uid: str) -> bool:
+    """True when `obj` has an owner reference to the object with `uid`."""
+    refs = obj.get("metadata", {}).get("ownerReferences") or []
+    return any(ref.get("uid") == uid for ref in refs)
+
+
+def read_progress(config_maps: list[Obj]) -> dict[str, Any] | None:
+    """The progress the trainer wrote, or None; a malformed document is ignored."""
+    for cm in config_maps:
+        if cm["metadata"]["name"].endswith("-progress"):
+            raw = (cm.get("data") or {}).get("progress.json")
+            if not raw:
+                return None
+            try:
+                value = json.loads(raw)
+            except ValueError:
+                return None
+            return value if isinstance(value, dict) else None
+    return None
+
+
+def status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """A merge patch that turns `old` into `new` (keys only in `old` are set to None)."""
+    patch: dict[str, Any] = dict(new)
+    for key in old:
+        if key not in new:
+            patch[key] = None
+    return patch
+
+
+class Reconciler:
+    """Applies lifecycle plans for jobs taken off the work queue."""
+
+    def __init__(
+        self, api: KubeApi, settings: OperatorSettings, metrics: OperatorMetrics
+    ) -> None:
+        self.api = api
+        self.settings = settings
+        self.metrics = metrics
+        self.queue = WorkQueue()
+        # Children that are created once per job and never change (Service, RBAC): after a
+        # successful create-or-exists we stop re-creating them on every pass.
+        self._ensured: dict[str, set[tuple[str, str]]] = {}
+        self._failures: dict[JobKey, int] = {}
+        self._threads: list[threading.Thread] = []
+
+    # -- worker threads ---------------------------------------------------------------
+
+    def start(self, workers: int) -> None:
+        """Start `workers` threads that drain the queue."""
+        for i in range(workers):
+            t = threading.Thread(target=self._work, name=f"reconcile-{i}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def stop(self) -> None:
+        """Stop the worker threads (after their current reconcile)."""
+        self.queue.shutdown()
+        for t in self._threads:
+            t.join(timeout=30)
+        self._threads.clear()
+
+    def _work(self) -> None:
+        while True:
+            key = self.queue.get()
+            if key is None:
+                return
+            assert isinstance(key, tuple)
+            try:
+                self._reconcile_and_requeue(key)
+            finally:
+                self.queue.done(key)
+
+    def _reconcile_and_requeue(self, key: JobKey) -> None:
+        started = time.monotonic()
+        try:
+            requeue_after = self.reconcile(key)
+        except ApiException as exc:
+            self.metrics.reconcile_errors.inc()
+            requeue_after = self._error_backoff(key)
+            log.warning(
+                "reconcile %s/%s: API error %s %s; retrying in %.1fs",
+                *key, exc.status, exc.reason, requeue_after,
+            )
+        except Exception:
+            self.metrics.reconcile_errors.inc()
+            requeue_after = self._error_backoff(key)
+            log.exception("reconcile %s/%s failed; retrying in %.1fs", *key, requeue_after)
+        else:
+            self._failures.pop(key, None)
+        finally:
+            self.metrics.reconcile_seconds.observe(time.monotonic() - started)
+        if requeue_after is not None:
+            self.queue.add_after(key, requeue_after)
+
+    def _error_backoff(self, key: JobKey) -> float:
+        n = self._failures.get(key, 0)
+        self._failures[key] = n + 1
+        return float(min(ERROR_BACKOFF_MAX, ERROR_BACKOFF_BASE * 2**n))
+
+    # -- the reconcile ----------------------------------------------------------------
+
+    def reconcile(self, key: JobKey) -> float | None:
+        """Bring one job one step closer to its desired state; returns when to look again."""
+        namespace, name = key
+        job = self.api.get_job(namespace, name)
+        if job is None or job["metadata"].get("deletionTimestamp"):
+            self._forget(key, job)
+            return None
+        uid = job["metadata"]["uid"]
+        pods = [p for p in self.api.list_pods(namespace, name) if owned_by(p, uid)]
+        config_maps = [c for c in self.api.list_config_maps(namespace, name) if owned_by(c, uid)]
+        existing = {("ConfigMap", c["metadata"]["name"]) for c in config_maps}
+        existing |= self._ensured.get(uid, set())
+
+        observed = lifecycle.Observed(
+            job=job,
+            pods=pods,
+            children=existing,
+            progress=read_progress(config_maps),
+            now=datetime.now(UTC),
+        )
+        plan = lifecycle.plan(observed, self.settings)
+
+        for obj in plan.create:
+            created = self.api.create(obj)
+            if obj["kind"] == "Pod":
+                if created:
+                    self.metrics.pods_created.inc()
+            elif obj["kind"] != "ConfigMap":
+                self._ensured.setdefault(uid, set()).add((obj["kind"], obj["metadata"]["name"]))
+        for pod_name in plan.delete_pods:
+            self.api.delete_pod(namespace, pod_name)
+        if plan.delete_job:
+            self.api.delete_job(namespace, name)
+            self._forget(key, job)
+            return None
+
+        old_status = job.get("status") or {}
+        if plan.status != old_status:
+            self.api.patch_status(namespace, name, status_patch(old_status, plan.status))
+            if plan.status.get("restarts", 0) > old_status.get("restarts", 0):
+                self.metrics.restarts.labels(namespace=namespace).inc()
+        for event in plan.events:
+            self.api.emit_event(job, event.type, event.reason, event.message)
+        self.metrics.observe_phase(key, plan.status.get("phase"))
+        return plan.requeue_after
+
+    def _forget(self, key: JobKey, job: Obj | None) -> None:
+        self.metrics.observe_phase(key, None)
+        self._failures.pop(key, None)
+        if job is not None:
+            self._ensured.pop(job["metadata"]["uid"], None)
+
+
+__all__ = ["Reconciler", "owned_by", "progress_config_map_name", "read_progress", "status_patch"]
