@@ -1,0 +1,97 @@
+"""Every label key, annotation key, condition type and reason the operator writes.
+
+Other modules import these names and never spell the strings themselves, so a rename is
+one edit and a grep for a constant finds every reader and writer.
+
+Conditions (Kubernetes style, on `status.conditions`). A condition appears the first time it
+becomes relevant and is then kept up to date; `lastTransitionTime` moves only when its
+status flips.
+
+| type       | True when                                        | typical reasons                         |
+| ---------- | ------------------------------------------------ | --------------------------------------- |
+| Admitted   | the whole gang may be created                    | Admitted / WaitingForAdmission          |
+| Running    | every pod of the current gang is Running + Ready | PodsReady / PodsNotReady, or the reason |
+|            |                                                  | of whatever stopped the gang            |
+| Restarting | a gang restart is under way (old pods going,     | PodFailedRetryable, Preempted,          |
+|            | backoff, new gang not yet ready)                 | RendezvousTimeout, PeerLost             |
+| Suspended  | spec.suspend is true and the pods are removed    | Suspended / Resumed                     |
+| Succeeded  | terminal success                                 | AllWorkersSucceeded, AllStagesSucceeded |
+| Failed     | terminal failure                                 | InvalidSpec, PodFailedPermanent,        |
+|            |                                                  | BackoffLimitExceeded, DeadlineExceeded  |
+
+Child objects carry owner references to the job and no finalizers: Kubernetes' garbage
+collector deletes them with the job, and a job can always be deleted even when the operator
+is down.
+"""
+
+from typing import Final
+
+# --- the API group the labels and annotations live in -------------------------------------
+DOMAIN: Final = "dtjob.io"
+# Labels and annotations under this prefix are the operator's; pod-template overlays may not
+# set them (a user label could otherwise move a pod into another job's gang).
+RESERVED_PREFIX: Final = f"{DOMAIN}/"
+
+# --- labels ------------------------------------------------------------------------------
+LABEL_JOB_NAME: Final = f"{DOMAIN}/job-name"
+LABEL_ROLE: Final = f"{DOMAIN}/role"
+LABEL_ROLE_INDEX: Final = f"{DOMAIN}/role-index"
+# The gang generation: equal to status.restarts when the pod was created. Pods of an older
+# generation are leftovers of a gang that is being torn down.
+LABEL_GENERATION: Final = f"{DOMAIN}/generation"
+LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
+MANAGED_BY: Final = "dtjob-operator"
+
+# --- annotations (informational: for people reading `kubectl describe pod`) ----------------
+ANNOTATION_RANK: Final = f"{DOMAIN}/rank"
+ANNOTATION_WORLD_SIZE: Final = f"{DOMAIN}/world-size"
+
+# --- condition types -----------------------------------------------------------------------
+CONDITION_ADMITTED: Final = "Admitted"
+CONDITION_RUNNING: Final = "Running"
+CONDITION_RESTARTING: Final = "Restarting"
+CONDITION_SUSPENDED: Final = "Suspended"
+CONDITION_SUCCEEDED: Final = "Succeeded"
+CONDITION_FAILED: Final = "Failed"
+
+STATUS_TRUE: Final = "True"
+STATUS_FALSE: Final = "False"
+
+# --- condition reasons (also used as event reasons) --------------------------------------
+REASON_ADMITTED: Final = "Admitted"
+REASON_WAITING_FOR_ADMISSION: Final = "WaitingForAdmission"
+REASON_PODS_READY: Final = "PodsReady"
+REASON_PODS_NOT_READY: Final = "PodsNotReady"
+REASON_POD_FAILED_RETRYABLE: Final = "PodFailedRetryable"
+REASON_POD_FAILED_PERMANENT: Final = "PodFailedPermanent"
+# Retryable failures with a known cause get their own reason (see docs/env-contract.md).
+REASON_PREEMPTED: Final = "Preempted"  # exit 143: SIGTERM, checkpoint written
+REASON_RENDEZVOUS_TIMEOUT: Final = "RendezvousTimeout"  # exit 200
+REASON_PEER_LOST: Final = "PeerLost"  # exit 201
+REASON_BACKOFF_LIMIT_EXCEEDED: Final = "BackoffLimitExceeded"
+REASON_DEADLINE_EXCEEDED: Final = "DeadlineExceeded"
+REASON_SUSPENDED: Final = "Suspended"
+REASON_RESUMED: Final = "Resumed"
+REASON_ALL_WORKERS_SUCCEEDED: Final = "AllWorkersSucceeded"
+REASON_ALL_STAGES_SUCCEEDED: Final = "AllStagesSucceeded"
+REASON_INVALID_SPEC: Final = "InvalidSpec"
+
+# --- event-only reasons --------------------------------------------------------------------
+EVENT_CREATED: Final = "Created"  # a gang's pods were created
+EVENT_TTL_EXPIRED: Final = "TTLExpired"  # the finished job is deleted
+EVENT_NORMAL: Final = "Normal"
+EVENT_WARNING: Final = "Warning"
+
+# --- the trainer container and its mounts ----------------------------------------------------
+TRAINER_CONTAINER: Final = "trainer"
+RENDEZVOUS_PORT_NAME: Final = "rendezvous"
+CONFIG_MOUNT_DIR: Final = "/etc/dtjob"
+CONFIG_KEY: Final = "config.json"
+CONFIG_PATH: Final = f"{CONFIG_MOUNT_DIR}/{CONFIG_KEY}"
+PROGRESS_KEY: Final = "progress.json"
+SHM_MOUNT_PATH: Final = "/dev/shm"
+DEFAULT_TRAINER_COMMAND: Final = ("python", "-m", "dtjob_trainer", "run")
+
+# Ordered so that rank 0 is worker-0, or stage-0 for the pipeline strategies, and parameter
+# servers take the highest ranks (docs/env-contract.md "Rank order").
+ROLE_ORDER: Final = ("worker", "stage", "ps")

@@ -1,0 +1,56 @@
+"""Operator settings: cluster-wide defaults an admin sets once (Helm values -> DTJOB_* env).
+
+Built once at start-up and passed to whatever needs it; nothing reads a global. Per-job
+choices belong in the job spec; only what a job cannot or should not choose lives here.
+"""
+
+from typing import Annotated
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from dtjob_operator.api.spec import QUANTITY_PATTERN
+
+
+class OperatorSettings(BaseSettings):
+    """Every DTJOB_* environment variable the operator reads."""
+
+    model_config = SettingsConfigDict(env_prefix="DTJOB_", extra="ignore", frozen=True)
+
+    trainer_image: str = "dtjob/trainer:0.1.0"
+    """Image of the bundled trainer, used when a job sets no spec.trainer.image."""
+    # NoDecode: "a,b" from a Helm value is friendlier than a JSON list in an env var.
+    namespaces: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """Namespaces to watch (DTJOB_NAMESPACES="a,b"); empty means the whole cluster."""
+    metrics_port: int = Field(default=8000, ge=0, le=65535)
+    """Port of the Prometheus /metrics endpoint; 0 turns it off."""
+    liveness_endpoint: str = "http://0.0.0.0:8080/healthz"
+    """kopf liveness endpoint; empty turns it off."""
+    log_level: str = Field(default="INFO", pattern=r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL)$")
+    """Python log level."""
+    standalone: bool = False
+    """Run without kopf peering (one replica, no peering objects needed)."""
+    peering_name: str = "dtjob-operator"
+    """kopf peering object name, shared by the replicas of one deployment."""
+    workers: int = Field(default=4, ge=1, le=64)
+    """Reconcile worker threads (each job is reconciled by one worker at a time)."""
+    default_shm_per_gpu: str = Field(default="1Gi", pattern=QUANTITY_PATTERN)
+    """/dev/shm per GPU when a job sets no spec.network.shmSize (at least 1Gi per pod)."""
+    default_nccl_socket_ifname: str = "eth0"
+    """NCCL_SOCKET_IFNAME when a job sets none: the pod network's interface."""
+    termination_grace_period_seconds: int = Field(default=60, ge=1, le=3600)
+    """Grace period of trainer pods: time to write a checkpoint after SIGTERM."""
+    pod_security_defaults: bool = True
+    """Give pods the 'restricted' Pod Security Standard context (non-root uid 1000, no
+    privilege escalation, all capabilities dropped, RuntimeDefault seccomp)."""
+    progress_sync_seconds: float = Field(default=5.0, gt=0, le=3600)
+    """While a job runs, how often its progress is copied into status at the latest."""
+    resync_seconds: float = Field(default=10.0, gt=0, le=3600)
+    """How often a job that waits for something unwatched (pods to vanish) is looked at."""
+
+    @field_validator("namespaces", mode="before")
+    @classmethod
+    def _split_namespaces(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [ns.strip() for ns in value.split(",") if ns.strip()]
+        return value
