@@ -7,17 +7,15 @@ Conditions (Kubernetes style, on `status.conditions`). A condition appears the f
 becomes relevant and is then kept up to date; `lastTransitionTime` moves only when its
 status flips.
 
-| type       | True when                                        | typical reasons                         |
-| ---------- | ------------------------------------------------ | --------------------------------------- |
-| Admitted   | the whole gang may be created                    | Admitted / WaitingForAdmission          |
-| Running    | every pod of the current gang is Running + Ready | PodsReady / PodsNotReady, or the reason |
-|            |                                                  | of whatever stopped the gang            |
-| Restarting | a gang restart is under way (old pods going,     | PodFailedRetryable, Preempted,          |
-|            | backoff, new gang not yet ready)                 | RendezvousTimeout, PeerLost             |
-| Suspended  | spec.suspend is true and the pods are removed    | Suspended / Resumed                     |
-| Succeeded  | terminal success                                 | AllWorkersSucceeded, AllStagesSucceeded |
-| Failed     | terminal failure                                 | InvalidSpec, PodFailedPermanent,        |
-|            |                                                  | BackoffLimitExceeded, DeadlineExceeded  |
+- Admitted: True when the whole gang may be created (Admitted / WaitingForAdmission).
+- Running: True when every pod of the current gang is Running and Ready (PodsReady);
+  False with PodsNotReady while starting, or with the reason of whatever stopped the gang.
+- Restarting: True while a gang restart is under way: old pods going, backoff, new gang not
+  yet ready (PodFailedRetryable, Preempted, RendezvousTimeout, PeerLost).
+- Suspended: True while spec.suspend holds the job without pods (Suspended / Resumed).
+- Succeeded: terminal success (AllWorkersSucceeded, AllStagesSucceeded).
+- Failed: terminal failure (InvalidSpec, PodFailedPermanent, BackoffLimitExceeded,
+  DeadlineExceeded).
 
 Child objects carry owner references to the job and no finalizers: Kubernetes' garbage
 collector deletes them with the job, and a job can always be deleted even when the operator
