@@ -1,0 +1,41 @@
+"""All children a job should have, in the order they must be created."""
+
+from __future__ import annotations
+
+from dtjob_operator.builders.configmaps import build_config_map, build_progress_config_map
+from dtjob_operator.builders.job import Job, Manifest
+from dtjob_operator.builders.pod import build_pod
+from dtjob_operator.builders.rbac import build_rbac
+from dtjob_operator.builders.service import build_service
+from dtjob_operator.envcontract import rank_layout
+from dtjob_operator.settings import OperatorSettings
+
+
+def build_support_objects(job: Job) -> list[Manifest]:
+    """Everything but the pods: RBAC first (a pod cannot be admitted before its
+    ServiceAccount exists), then the ConfigMaps it mounts, then the Service."""
+    return [
+        *build_rbac(job),
+        build_config_map(job),
+        build_progress_config_map(job),
+        build_service(job),
+    ]
+
+
+def build_pods(job: Job, generation: int, settings: OperatorSettings) -> list[Manifest]:
+    """The gang of `generation`, in rank order (rank 0 first: it hosts the rendezvous)."""
+    return [
+        build_pod(job, slot.role, slot.index, generation, settings)
+        for slot in rank_layout(job.spec).slots
+    ]
+
+
+def build_children(job: Job, settings: OperatorSettings, generation: int = 0) -> list[Manifest]:
+    """Every child of the job for gang `generation` (status.restarts)."""
+    return [*build_support_objects(job), *build_pods(job, generation, settings)]
+
+
+def child_key(manifest: Manifest) -> tuple[str, str]:
+    """(kind, name): how the planner matches desired children with existing ones (a Role
+    and a ConfigMap may share a name)."""
+    return manifest["kind"], manifest["metadata"]["name"]

@@ -1,0 +1,36 @@
+"""The job config ConfigMap (read by every pod) and the progress ConfigMap (written by rank 0)."""
+
+from __future__ import annotations
+
+import json
+
+from dtjob_operator.builders.job import Job, Manifest, child_metadata
+from dtjob_operator.constants import CONFIG_KEY, PROGRESS_KEY
+from dtjob_operator.naming import config_map_name, progress_config_map_name
+
+
+def config_json(job: Job) -> str:
+    """The job's spec as the trainer reads it: camelCase, defaults filled, unset optionals
+    left out, keys sorted so the same spec always gives the same bytes."""
+    return json.dumps(job.spec.to_api(), sort_keys=True, indent=2)
+
+
+def build_config_map(job: Job) -> Manifest:
+    """ConfigMap `<job>-config`, key config.json, mounted at DTJ_CONFIG."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": child_metadata(job, config_map_name(job.name)),
+        "data": {CONFIG_KEY: config_json(job)},
+    }
+
+
+def build_progress_config_map(job: Job) -> Manifest:
+    """ConfigMap `<job>-progress`, key progress.json, starting empty; rank 0 patches it and
+    the operator copies it into status.progress."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": child_metadata(job, progress_config_map_name(job.name)),
+        "data": {PROGRESS_KEY: "{}"},
+    }

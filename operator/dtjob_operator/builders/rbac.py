@@ -1,0 +1,47 @@
+"""A ServiceAccount per job whose only right is to update that job's progress."""
+
+from __future__ import annotations
+
+from dtjob_operator.builders.job import Job, Manifest, child_metadata
+from dtjob_operator.naming import (
+    progress_config_map_name,
+    role_binding_name,
+    role_name,
+    service_account_name,
+)
+
+
+def build_rbac(job: Job) -> list[Manifest]:
+    """ServiceAccount, Role and RoleBinding, in the order they must exist.
+
+    The Role names the one progress ConfigMap (resourceNames) and allows only get and
+    patch, so a compromised trainer can change nothing but its own job's progress."""
+    sa = service_account_name(job.name)
+    role = role_name(job.name)
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": child_metadata(job, sa),
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": child_metadata(job, role),
+            "rules": [
+                {
+                    "apiGroups": [""],
+                    "resources": ["configmaps"],
+                    "resourceNames": [progress_config_map_name(job.name)],
+                    "verbs": ["get", "patch"],
+                }
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": child_metadata(job, role_binding_name(job.name)),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": job.namespace}],
+        },
+    ]

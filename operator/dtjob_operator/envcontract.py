@@ -1,0 +1,193 @@
+"""The operator side of the environment contract (docs/env-contract.md).
+
+Rank order, the one place it is decided: processes are numbered role by role in the order
+worker, stage, ps; inside a role by pod index; inside a pod by local rank:
+
+    RANK(role, index, local) = offset(role) + index * procsPerPod(role) + local
+    offset(worker) = 0
+    offset(stage)  = processes(worker)
+    offset(ps)     = processes(worker) + processes(stage)
+
+So rank 0 is worker-0 (stage-0 for the pipeline strategies, which have no workers) and the
+parameter servers take the highest ranks. NODE_RANK numbers the pods in the same order.
+For Hybrid the stage processes form a (pp, dp) DeviceMesh in row-major order, so the stage
+of a rank is (rank - offset(stage)) // dp.
+
+Every variable is a string, every pod of a gang agrees on the shared ones (world size,
+master, backend), and nothing depends on the order pods are created in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dtjob_operator.api.spec import (
+    BackendType,
+    DistributedTrainingJobSpec,
+    RoleSpec,
+    StrategyType,
+)
+from dtjob_operator.constants import CONFIG_PATH, ROLE_ORDER
+from dtjob_operator.naming import pod_dns_name, progress_config_map_name
+
+PIPELINE_STRATEGIES = frozenset(
+    {StrategyType.MODEL_PARALLEL, StrategyType.PIPELINE, StrategyType.HYBRID}
+)
+DEFAULT_HYBRID_DATA_PARALLEL = 2  # HybridSpec's default when spec.strategy.hybrid is unset
+DEFAULT_NCCL_SOCKET_IFNAME = "eth0"
+
+
+@dataclass(frozen=True)
+class PodSlot:
+    """One pod's place in the process grid."""
+
+    role: str
+    index: int
+    base_rank: int
+    """Global rank of the pod's local rank 0."""
+    procs: int
+    """Processes in the pod (LOCAL_WORLD_SIZE)."""
+    node_rank: int
+    """The pod's position over all pods, in rank order."""
+
+
+@dataclass(frozen=True)
+class RankLayout:
+    """The whole job's process grid, in rank order."""
+
+    slots: tuple[PodSlot, ...]
+    world_size: int
+
+    @property
+    def nnodes(self) -> int:
+        """Pods in the job."""
+        return len(self.slots)
+
+    @property
+    def master(self) -> PodSlot:
+        """The pod holding rank 0 (the rendezvous store and progress reporter)."""
+        return self.slots[0]
+
+    def slot(self, role: str, index: int) -> PodSlot:
+        """The slot of one pod; KeyError if the job has no such pod."""
+        for s in self.slots:
+            if s.role == role and s.index == index:
+                return s
+        raise KeyError(f"no pod {role}-{index} in this job")
+
+    def role_slots(self, role: str) -> tuple[PodSlot, ...]:
+        """The slots of one role, by index."""
+        return tuple(s for s in self.slots if s.role == role)
+
+
+def job_roles(spec: DistributedTrainingJobSpec) -> list[tuple[str, RoleSpec]]:
+    """The roles the job has, in rank order."""
+    present = []
+    for name in ROLE_ORDER:
+        role = getattr(spec.roles, name)
+        if role is not None:
+            present.append((name, role))
+    return present
+
+
+def rank_layout(spec: DistributedTrainingJobSpec) -> RankLayout:
+    """Base rank, process count and node rank of every pod (see the module docstring)."""
+    slots: list[PodSlot] = []
+    rank = 0
+    for name, role in job_roles(spec):
+        procs = role.processes()
+        for index in range(role.replicas):
+            slots.append(PodSlot(name, index, rank, procs, len(slots)))
+            rank += procs
+    return RankLayout(tuple(slots), rank)
+
+
+def resolve_backend(spec: DistributedTrainingJobSpec) -> str:
+    """nccl or gloo. `auto` looks at the job's largest GPU count, not the pod's own, so that
+    every rank of a gang picks the same backend. Parameter servers talk c10d point-to-point
+    between GPU workers and CPU servers, which only gloo supports, so auto is gloo there."""
+    backend = BackendType(spec.strategy.backend)
+    if backend != BackendType.AUTO:
+        return backend.value
+    if spec.strategy.type == StrategyType.PARAMETER_SERVER:
+        return BackendType.GLOO.value
+    max_gpus = max((role.gpus for _, role in job_roles(spec)), default=0)
+    return (BackendType.NCCL if max_gpus > 0 else BackendType.GLOO).value
+
+
+def data_parallel_degree(spec: DistributedTrainingJobSpec) -> int:
+    """DTJ_DP_SIZE of the pipeline strategies: the Hybrid setting, else 1."""
+    if spec.strategy.type != StrategyType.HYBRID:
+        return 1
+    hybrid = spec.strategy.hybrid
+    return hybrid.dataParallel if hybrid is not None else DEFAULT_HYBRID_DATA_PARALLEL
+
+
+def build_env(
+    job_name: str,
+    namespace: str,
+    spec: DistributedTrainingJobSpec,
+    role: str,
+    index: int,
+    generation: int,
+    *,
+    default_socket_ifname: str = DEFAULT_NCCL_SOCKET_IFNAME,
+) -> list[dict[str, str]]:
+    """Every contract variable for one pod, as core/v1 EnvVar dicts in a stable order.
+
+    `default_socket_ifname` is NCCL_SOCKET_IFNAME when the spec names none (an operator
+    setting: the interface of the cluster's pod network)."""
+    layout = rank_layout(spec)
+    me = layout.slot(role, index)
+    master = layout.master
+    master_addr = pod_dns_name(job_name, namespace, master.role, master.index)
+    master_port = str(spec.network.masterPort)
+    env: dict[str, str] = {
+        "MASTER_ADDR": master_addr,
+        "MASTER_PORT": master_port,
+        "WORLD_SIZE": str(layout.world_size),
+        "RANK": str(me.base_rank),
+        "LOCAL_WORLD_SIZE": str(me.procs),
+        "NNODES": str(layout.nnodes),
+        "NODE_RANK": str(me.node_rank),
+        "PET_NNODES": str(layout.nnodes),
+        "PET_NODE_RANK": str(me.node_rank),
+        "PET_NPROC_PER_NODE": str(me.procs),
+        "PET_MASTER_ADDR": master_addr,
+        "PET_MASTER_PORT": master_port,
+        "DTJ_JOB": job_name,
+        "DTJ_NAMESPACE": namespace,
+        "DTJ_ROLE": role,
+        "DTJ_ROLE_INDEX": str(index),
+        "DTJ_STRATEGY": str(spec.strategy.type),
+        "DTJ_BACKEND": resolve_backend(spec),
+        "DTJ_CONFIG": CONFIG_PATH,
+        "DTJ_CHECKPOINT_DIR": spec.checkpoint.mountPath,
+        "DTJ_RENDEZVOUS_TIMEOUT": str(spec.network.rendezvousTimeoutSeconds),
+        "DTJ_PROGRESS_CONFIGMAP": progress_config_map_name(job_name),
+        "DTJ_GANG_GENERATION": str(generation),
+    }
+    strategy = StrategyType(spec.strategy.type)
+    if strategy == StrategyType.PARAMETER_SERVER:
+        env["DTJ_PS_HOSTS"] = _hosts(job_name, namespace, layout, "ps")
+        env["DTJ_WORKER_HOSTS"] = _hosts(job_name, namespace, layout, "worker")
+    if strategy in PIPELINE_STRATEGIES:
+        stages = layout.role_slots("stage")
+        stage_procs = sum(s.procs for s in stages)
+        offset = stages[0].base_rank if stages else 0
+        dp = data_parallel_degree(spec)
+        env["DTJ_PP_SIZE"] = str(stage_procs // dp)
+        env["DTJ_DP_SIZE"] = str(dp)
+        # The stage of the pod's first process; a pod whose processes span stages (procs
+        # not a multiple of dp) has each process compute its own as rank // dp.
+        env["DTJ_STAGE_INDEX"] = str((me.base_rank - offset) // dp) if role == "stage" else "0"
+    env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "1"
+    env["NCCL_DEBUG"] = spec.network.ncclDebug
+    env["NCCL_SOCKET_IFNAME"] = spec.network.ncclSocketIfname or default_socket_ifname
+    return [{"name": name, "value": value} for name, value in env.items()]
+
+
+def _hosts(job_name: str, namespace: str, layout: RankLayout, role: str) -> str:
+    return ",".join(
+        pod_dns_name(job_name, namespace, s.role, s.index) for s in layout.role_slots(role)
+    )
