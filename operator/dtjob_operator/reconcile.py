@@ -41,10 +41,10 @@ def owned_by(obj: Obj, uid: str) -> bool:
     return any(ref.get("uid") == uid for ref in refs)
 
 
-def read_progress(config_maps: list[Obj]) -> dict[str, Any] | None:
+def read_progress(job_name: str, config_maps: list[Obj]) -> dict[str, Any] | None:
     """The progress the trainer wrote, or None; a malformed document is ignored."""
     for cm in config_maps:
-        if cm["metadata"]["name"].endswith("-progress"):
+        if cm["metadata"]["name"] == progress_config_map_name(job_name):
             raw = (cm.get("data") or {}).get("progress.json")
             if not raw:
                 return None
@@ -68,9 +68,7 @@ def status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 class Reconciler:
     """Applies lifecycle plans for jobs taken off the work queue."""
 
-    def __init__(
-        self, api: KubeApi, settings: OperatorSettings, metrics: OperatorMetrics
-    ) -> None:
+    def __init__(self, api: KubeApi, settings: OperatorSettings, metrics: OperatorMetrics) -> None:
         self.api = api
         self.settings = settings
         self.metrics = metrics
@@ -117,7 +115,10 @@ class Reconciler:
             requeue_after = self._error_backoff(key)
             log.warning(
                 "reconcile %s/%s: API error %s %s; retrying in %.1fs",
-                *key, exc.status, exc.reason, requeue_after,
+                *key,
+                exc.status,
+                exc.reason,
+                requeue_after,
             )
         except Exception:
             self.metrics.reconcile_errors.inc()
@@ -154,7 +155,7 @@ class Reconciler:
             job=job,
             pods=pods,
             children=existing,
-            progress=read_progress(config_maps),
+            progress=read_progress(name, config_maps),
             now=datetime.now(UTC),
         )
         plan = lifecycle.plan(observed, self.settings)
@@ -188,6 +189,3 @@ class Reconciler:
         self._failures.pop(key, None)
         if job is not None:
             self._ensured.pop(job["metadata"]["uid"], None)
-
-
-__all__ = ["Reconciler", "owned_by", "progress_config_map_name", "read_progress", "status_patch"]
