@@ -3,15 +3,40 @@
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 
 from dtjob_operator.api.base import ApiModel
 
-# Kubernetes resource quantity (e.g. "500m", "4", "16Gi"): checked by the API server too.
-QUANTITY_PATTERN = r"^([+]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
-Quantity = Annotated[str, Field(pattern=QUANTITY_PATTERN, max_length=64)]
+# Kubernetes resource quantity (e.g. "500m", "4", "16Gi"), the core API's own grammar
+# without a sign: checked by the API server too.
+QUANTITY_PATTERN = (
+    r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+    r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+
+
+def _int_to_quantity(value: Any) -> Any:
+    # `cpu: 4` in YAML is an integer; the core API accepts it (int-or-string), so do we.
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+Quantity = Annotated[
+    str,
+    Field(
+        pattern=QUANTITY_PATTERN,
+        max_length=64,
+        json_schema_extra={"x-kubernetes-int-or-string": True},
+    ),
+    # Last, so it wraps the constrained str (and the pattern stays in the JSON schema).
+    BeforeValidator(_int_to_quantity),
+]
 # Fragments of Kubernetes core types (tolerations, volumes, ...) are passed through as-is.
 K8sObject = dict[str, Any]
+# Lists and maps carry bounds so that the API server can estimate the cost of the CEL rules
+# (immutability compares whole sub-objects) and a manifest cannot grow without limit.
+Labels = Annotated[dict[str, str], Field(max_length=64)]
+Arg = Annotated[str, Field(max_length=4096)]
+ExitCode = Annotated[int, Field(ge=1, le=255)]
 
 
 class StrategyType(StrEnum):
@@ -159,21 +184,21 @@ class StrategySpec(ApiModel):
 class PodTemplateOverlay(ApiModel):
     """Additions to the pods of one role; the operator owns everything else."""
 
-    labels: dict[str, str] | None = None
+    labels: Labels | None = None
     """Extra pod labels (dtjob.io/* keys are reserved)."""
-    annotations: dict[str, str] | None = None
+    annotations: Labels | None = None
     """Extra pod annotations."""
-    nodeSelector: dict[str, str] | None = None
+    nodeSelector: Labels | None = None
     """Node labels the pods must match."""
-    tolerations: list[K8sObject] | None = None
+    tolerations: list[K8sObject] | None = Field(default=None, max_length=64)
     """Tolerations (core/v1 Toleration)."""
     affinity: K8sObject | None = None
     """Affinity (core/v1 Affinity)."""
-    volumes: list[K8sObject] | None = None
+    volumes: list[K8sObject] | None = Field(default=None, max_length=64)
     """Extra volumes (core/v1 Volume)."""
-    volumeMounts: list[K8sObject] | None = None
+    volumeMounts: list[K8sObject] | None = Field(default=None, max_length=64)
     """Extra mounts in the trainer container (core/v1 VolumeMount)."""
-    env: list[K8sObject] | None = None
+    env: list[K8sObject] | None = Field(default=None, max_length=256)
     """Extra environment of the trainer container (core/v1 EnvVar); contract variables win."""
     priorityClassName: str | None = Field(default=None, max_length=253)
     """PriorityClass of these pods (overrides spec.priorityClassName)."""
@@ -222,7 +247,9 @@ class ModelSpec(ApiModel):
 
     type: ModelType = ModelType.MLP
     """MLP (digits), CNN (digits as 8x8 images) or GPT (decoder on synthetic tokens)."""
-    hiddenSizes: list[int] = Field(default_factory=lambda: [64, 64, 64], min_length=1)
+    hiddenSizes: list[Annotated[int, Field(ge=1, le=65536)]] = Field(
+        default_factory=lambda: [64, 64, 64], min_length=1, max_length=64
+    )
     """MLP hidden layer widths; stages split the layers, so give at least as many as stages."""
     layers: int = Field(default=2, ge=1, le=256)
     """GPT: transformer blocks."""
@@ -268,10 +295,10 @@ class TrainerSpec(ApiModel):
     """Container image; defaults to the operator's configured trainer image."""
     imagePullPolicy: str | None = Field(default=None, pattern=r"^(Always|IfNotPresent|Never)$")
     """Always, IfNotPresent or Never."""
-    command: list[str] | None = Field(default=None, min_length=1)
+    command: list[Arg] | None = Field(default=None, min_length=1, max_length=256)
     """Custom trainer command; when set, the bundled trainer settings below are only
     passed on in the job config file."""
-    args: list[str] | None = None
+    args: list[Arg] | None = Field(default=None, max_length=256)
     """Arguments of the custom command."""
     model: ModelSpec = Field(default_factory=ModelSpec)
     """Model of the bundled trainer."""
@@ -297,7 +324,7 @@ class CheckpointSpec(ApiModel):
     claimName: str | None = Field(default=None, max_length=253)
     """PersistentVolumeClaim for checkpoints. Without one they go to an emptyDir, which a
     gang restart loses (pods are recreated)."""
-    mountPath: str = Field(default="/checkpoints", pattern=r"^/.*")
+    mountPath: str = Field(default="/checkpoints", pattern=r"^/.*", max_length=1024)
     """Where the checkpoint volume is mounted in the trainer container."""
     everySteps: int = Field(default=50, ge=1, le=100000000)
     """Checkpoint interval in steps (a checkpoint is also written on SIGTERM)."""
@@ -313,9 +340,9 @@ class RunPolicy(ApiModel):
     restartPolicy: RestartPolicy = RestartPolicy.EXIT_CODE
     """ExitCode: exit codes 1-127 are permanent, 128+ (signals, OOM kill) retryable, unless
     listed below; OnFailure: every failure is retryable; Never: every failure is permanent."""
-    retryableExitCodes: list[Annotated[int, Field(ge=1, le=255)]] | None = None
+    retryableExitCodes: list[ExitCode] | None = Field(default=None, max_length=255)
     """ExitCode policy: codes that are retryable although the default would say permanent."""
-    permanentExitCodes: list[Annotated[int, Field(ge=1, le=255)]] | None = None
+    permanentExitCodes: list[ExitCode] | None = Field(default=None, max_length=255)
     """ExitCode policy: codes that are permanent although the default would say retryable."""
     backoffSeconds: int = Field(default=10, ge=0, le=3600)
     """Delay before the first gang restart; doubled for each further restart."""

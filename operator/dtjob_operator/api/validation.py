@@ -1,0 +1,134 @@
+"""Validation of a job in the operator: everything the CRD checks, again, in Python.
+
+The API server refuses most bad manifests itself (schema + the CEL rules of rules.py).
+This module is the backstop for clusters where the CRD was installed without them (an older
+or hand-edited CRD) and the one place the operator turns a bad spec into a message a user
+can act on: every error names the field, e.g.
+`spec.roles.worker: required for strategy DataParallel: ...`. The operator sets such a job
+Failed with reason InvalidSpec.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+from pydantic_core import ErrorDetails
+
+from dtjob_operator.api.rules import (
+    IMMUTABLE_MESSAGE,
+    MAX_NAME_LENGTH,
+    MUTABLE_RUN_POLICY_FIELDS,
+    MUTABLE_SPEC_FIELDS,
+    NAME_PATTERN,
+    RULES,
+    Facts,
+)
+from dtjob_operator.api.spec import QUANTITY_PATTERN, DistributedTrainingJobSpec
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """One problem with a job, tied to the field a user has to change."""
+
+    field: str
+    """Path of the field from the object's root, e.g. "spec.roles.worker.gpus"."""
+    message: str
+    """What is wrong and, where it helps, what to do."""
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}"
+
+
+def validate_job(spec: Mapping[str, Any] | None, name: str | None = None) -> list[FieldError]:
+    """All problems of a job's spec (camelCase dict as stored); empty when it is valid.
+
+    `name` (metadata.name), when given, is checked too. Cross-field rules run only once the
+    spec parses: they need its defaults.
+    """
+    errors = validate_name(name) if name is not None else []
+    if not isinstance(spec, Mapping):
+        return [*errors, FieldError("spec", "required: the job has no spec object")]
+    try:
+        parsed = DistributedTrainingJobSpec.model_validate(spec)
+    except ValidationError as e:
+        return errors + [_from_pydantic(d) for d in e.errors()]
+    return errors + cross_field_errors(parsed)
+
+
+def cross_field_errors(spec: DistributedTrainingJobSpec) -> list[FieldError]:
+    """The rules of rules.RULES that a parsed spec breaks, in table order."""
+    facts = Facts.of(spec)
+    return [FieldError(f"spec.{r.field}", r.render(facts)) for r in RULES if not r.check(facts)]
+
+
+def validate_name(name: str) -> list[FieldError]:
+    """metadata.name problems (the same as the CRD's root rules)."""
+    errors = []
+    if len(name) > MAX_NAME_LENGTH:
+        errors.append(
+            FieldError(
+                "metadata.name",
+                f"must be at most {MAX_NAME_LENGTH} characters: pod names <name>-<role>-<index> "
+                f"must fit a 63-character DNS label (got {len(name)})",
+            )
+        )
+    if not re.match(NAME_PATTERN, name):
+        errors.append(
+            FieldError(
+                "metadata.name",
+                "must be a DNS-1035 label: lowercase letters, digits and '-', starting with a "
+                f"letter and ending with a letter or digit (got {name!r})",
+            )
+        )
+    return errors
+
+
+def immutable_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[FieldError]:
+    """Spec fields changed although only suspend and the runPolicy deadline and TTL may.
+
+    Both specs are compared with their defaults filled in, as the API server stores them.
+    Unparseable specs compare as raw dicts.
+    """
+    before, after = _with_defaults(old), _with_defaults(new)
+    errors = []
+    for key in sorted(set(before) | set(after)):
+        if key == "runPolicy":
+            old_rp, new_rp = before.get(key) or {}, after.get(key) or {}
+            for sub in sorted(set(old_rp) | set(new_rp)):
+                if sub not in MUTABLE_RUN_POLICY_FIELDS and old_rp.get(sub) != new_rp.get(sub):
+                    errors.append(FieldError(f"spec.runPolicy.{sub}", IMMUTABLE_MESSAGE))
+        elif key not in MUTABLE_SPEC_FIELDS and before.get(key) != after.get(key):
+            errors.append(FieldError(f"spec.{key}", IMMUTABLE_MESSAGE))
+    return errors
+
+
+def _with_defaults(spec: Mapping[str, Any]) -> dict[str, Any]:
+    try:
+        return DistributedTrainingJobSpec.model_validate(spec).to_api()
+    except ValidationError:
+        return dict(spec)
+
+
+def _from_pydantic(error: ErrorDetails) -> FieldError:
+    """A pydantic error as `spec.<camelCase path>: <message>`."""
+    path = "spec"
+    for part in error["loc"]:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+    kind, value = error["type"], error.get("input")
+    if kind == "missing":
+        message = "required"
+    elif kind == "extra_forbidden":
+        message = "unknown field (check the spelling; field names are camelCase)"
+    elif kind == "string_pattern_mismatch" and error.get("ctx", {}).get("pattern") == (
+        QUANTITY_PATTERN
+    ):
+        message = f"must be a Kubernetes quantity such as 500m, 4 or 16Gi (got {value!r})"
+    else:
+        message = error["msg"]
+        if isinstance(value, str | int | float | bool):
+            message += f" (got {value!r})"
+    return FieldError(path, message)
