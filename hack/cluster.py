@@ -134,6 +134,15 @@ def command(cfg: Config, name: str, bins: Path) -> list[str]:
             f"--service-account-key-file={pki / 'sa.pub'}",
             f"--service-account-signing-key-file={pki / 'sa.key'}",
             "--service-cluster-ip-range=10.96.0.0/16", "--allow-privileged=true",
+            # Front proxy: lets components verify delegated authentication (and aggregated
+            # APIs work); the shared CA is fine for a loopback-only cluster.
+            f"--requestheader-client-ca-file={pki / 'ca.crt'}",
+            "--requestheader-allowed-names=front-proxy-client",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={pki / 'front-proxy-client.crt'}",
+            f"--proxy-client-key-file={pki / 'front-proxy-client.key'}",
             f"--kubelet-client-certificate={pki / 'admin.crt'}",
             f"--kubelet-client-key={pki / 'admin.key'}",
             # Endpoints may not hold a loopback address; the reconciler would only log errors.
@@ -263,7 +272,7 @@ def nodes_ready(api: cluster_api.Api, names: list[str]) -> bool:
 def up(cfg: Config) -> None:
     t0 = time.monotonic()
     bins = bin_dir()
-    api = cluster_api.Api(cfg.server, cfg.pki) if (cfg.pki / ".complete").exists() else None
+    api = cluster_api.Api(cfg.server, cfg.pki) if (cfg.pki / "admin.crt").exists() else None
     alive = [n for n in COMPONENTS if running_pid(cfg, n)]
     procs: dict[str, subprocess.Popen[bytes]] = {}
     if len(alive) == len(COMPONENTS) and api and api.ready():
@@ -303,11 +312,13 @@ def start_all(cfg: Config, bins: Path) -> dict[str, subprocess.Popen[bytes]]:
     cfg.state.joinpath("bin-dir").write_text(f"{bins}\n")
     procs: dict[str, subprocess.Popen[bytes]] = {}
     api = cluster_api.Api(cfg.server, cfg.pki)
+    t0 = time.monotonic()
     try:
         # The apiserver retries etcd itself, so both start together.
         for name in ("etcd", "kube-apiserver"):
             procs[name] = start(cfg, name, bins)
         wait(cfg, "kube-apiserver /readyz", api.ready, procs, str(cfg.log("kube-apiserver")))
+        print(f"cluster-up: kube-apiserver ready in {time.monotonic() - t0:.1f} s", file=sys.stderr)
         for name in ("kube-controller-manager", "kube-scheduler", "kwok"):
             procs[name] = start(cfg, name, bins)
     except BaseException:
@@ -323,7 +334,7 @@ def down(cfg: Config) -> None:
 
 
 def status(cfg: Config) -> int:
-    api = cluster_api.Api(cfg.server, cfg.pki) if (cfg.pki / ".complete").exists() else None
+    api = cluster_api.Api(cfg.server, cfg.pki) if (cfg.pki / "admin.crt").exists() else None
     running = 0
     for name in COMPONENTS:
         pid = running_pid(cfg, name)

@@ -1,8 +1,9 @@
 """Certificates and kubeconfigs for the local control plane (stdlib + the openssl CLI).
 
 Everything is generated once per state directory and kept across cluster-down/up, so a
-warm start spends no time on key generation. EC P-256 keys: they generate in milliseconds
-and every component (and Python's ssl) accepts them.
+warm start spends no time on key generation (what is missing is made on the next start).
+EC P-256 keys: they generate in milliseconds and every component (and Python's ssl)
+accepts them.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ CLIENTS = {
     "admin": "/O=system:masters/CN=dtjob-admin",
     "kube-controller-manager": "/CN=system:kube-controller-manager",
     "kube-scheduler": "/CN=system:kube-scheduler",
+    # The apiserver's identity towards aggregated API servers (front proxy).
+    "front-proxy-client": "/CN=front-proxy-client",
 }
 # The apiserver's serving names: loopback for us, the in-cluster names and the first service
 # IP for pods on a real node later (10.96.0.1 is a config value here, never dialled).
@@ -58,30 +61,34 @@ def _signed_cert(pki: Path, name: str, subject: str, ext: str) -> None:
 
 
 def ensure_pki(pki: Path) -> None:
-    """Create the CA, serving, client and service-account keys unless they exist."""
-    if (pki / ".complete").exists():
-        return
+    """Create whatever of the CA, serving, client and service-account keys is missing."""
     pki.mkdir(parents=True, exist_ok=True)
-    _ec_key(pki / "ca.key")
-    _openssl(
-        "req", "-x509", "-new", "-key", str(pki / "ca.key"), "-subj", "/CN=dtjob-local-ca",
-        "-days", DAYS, "-out", str(pki / "ca.crt"),
-    )  # fmt: skip
-    _signed_cert(
-        pki, "apiserver", "/CN=kube-apiserver",
-        f"basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n"
-        f"extendedKeyUsage=serverAuth\nsubjectAltName={SERVING_SANS}\n",
-    )  # fmt: skip
-    for name, subject in CLIENTS.items():
-        _signed_cert(
-            pki, name, subject,
-            "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=clientAuth\n",
+    if not (pki / "ca.crt").exists():
+        for old in pki.iterdir():  # leaves signed by a lost CA are useless
+            old.unlink()
+        _ec_key(pki / "ca.key")
+        _openssl(
+            "req", "-x509", "-new", "-key", str(pki / "ca.key"), "-subj", "/CN=dtjob-local-ca",
+            "-days", DAYS, "-out", str(pki / "ca.crt"),
         )  # fmt: skip
+    if not (pki / "apiserver.crt").exists():
+        _signed_cert(
+            pki, "apiserver", "/CN=kube-apiserver",
+            f"basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n"
+            f"extendedKeyUsage=serverAuth\nsubjectAltName={SERVING_SANS}\n",
+        )  # fmt: skip
+    for name, subject in CLIENTS.items():
+        if not (pki / f"{name}.crt").exists():
+            _signed_cert(
+                pki, name, subject,
+                "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\n"
+                "extendedKeyUsage=clientAuth\n",
+            )  # fmt: skip
     # Service-account token signing key (apiserver signs, controller-manager signs for
     # its controllers, both verify with the same key).
-    _ec_key(pki / "sa.key")
-    _openssl("ec", "-in", str(pki / "sa.key"), "-pubout", "-out", str(pki / "sa.pub"))
-    (pki / ".complete").touch()
+    if not (pki / "sa.pub").exists():
+        _ec_key(pki / "sa.key")
+        _openssl("ec", "-in", str(pki / "sa.key"), "-pubout", "-out", str(pki / "sa.pub"))
 
 
 def _b64(path: Path) -> str:

@@ -146,27 +146,6 @@ def test_fake_node_can_go_not_ready_recover_and_be_removed(local_cluster, core):
     wait_for(lambda: name not in {n.metadata.name for n in core.list_node().items}, what="removal")
 
 
-def test_pods_on_a_removed_node_are_garbage_collected(local_cluster, core, namespace):
-    name = unique("test-node")
-    core.create_node(fake_gpu_node(name, gpus=2, taint="dtjob.io/test-node"))
-    wait_for(lambda: node_ready(core, name), what=f"node {name} Ready")
-    pod = PodBuilder("pinned").gpus(1).node_selector(**{"kubernetes.io/hostname": name})
-    core.create_namespaced_pod(namespace, pod.tolerate("dtjob.io/test-node").build())
-    wait_pod_phase(core, namespace, "pinned", "Running")
-
-    core.delete_node(name)
-
-    # The pod GC controller deletes pods bound to a node that no longer exists.
-    def gone() -> bool:
-        try:
-            core.read_namespaced_pod("pinned", namespace)
-        except ApiException as e:
-            return e.status == 404
-        return False
-
-    wait_for(gone, timeout=60, what="pod GC of the removed node's pod")
-
-
 def test_service_account_tokens_are_issued(cluster, namespace):
     auth = client.AuthenticationV1Api(cluster.api)
     core = cluster.core
