@@ -1,0 +1,233 @@
+"""The generated CRD: committed copies match the models, the schema is structural, and the
+rules are wired to fields that exist."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dtjob_operator.api import StrategyType, crd, rules
+from dtjob_operator.api.status import JobPhase
+
+REPO = Path(__file__).resolve().parents[3]
+COMMITTED = [
+    REPO / "crds" / "dtjob.io_distributedtrainingjobs.yaml",
+    REPO / "charts" / "dtjob-operator" / "crds" / "dtjob.io_distributedtrainingjobs.yaml",
+]
+K8S_FRAGMENTS = ("affinity", "tolerations[]", "volumes[]", "volumeMounts[]", "env[]")
+# Where free-form core/v1 fragments may appear: the pod-template overlay of each role.
+PRESERVE_UNKNOWN_PATHS = {
+    f"spec.roles.{role}.template.{field}"
+    for role in ("worker", "ps", "stage")
+    for field in K8S_FRAGMENTS
+}
+
+
+@pytest.fixture(scope="module")
+def generated() -> dict[str, Any]:
+    return crd.crd()
+
+
+@pytest.fixture(scope="module")
+def root(generated: dict[str, Any]) -> dict[str, Any]:
+    return generated["spec"]["versions"][0]["schema"]["openAPIV3Schema"]  # type: ignore[no-any-return]
+
+
+def walk(node: dict[str, Any], path: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every schema node with a readable path (`[]` for list items, `{}` for map values)."""
+    yield path, node
+    for name, child in node.get("properties", {}).items():
+        yield from walk(child, f"{path}.{name}" if path else name)
+    if isinstance(node.get("items"), dict):
+        yield from walk(node["items"], f"{path}[]")
+    if isinstance(node.get("additionalProperties"), dict):
+        yield from walk(node["additionalProperties"], f"{path}{{}}")
+
+
+def at(root: dict[str, Any], dotted: str) -> dict[str, Any]:
+    node = root
+    for name in dotted.split("."):
+        node = node["properties"][name]
+    return node
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: str(p.relative_to(REPO)))
+def test_committed_crd_matches_the_models(path: Path) -> None:
+    assert path.exists(), f"{path} is missing: run `make crds`"
+    assert path.read_text() == crd.render(), f"{path} is stale: run `make crds` and commit"
+
+
+def test_crd_identity(generated: dict[str, Any]) -> None:
+    spec = generated["spec"]
+    assert generated["metadata"]["name"] == "distributedtrainingjobs.dtjob.io"
+    assert spec["group"] == "dtjob.io" and spec["scope"] == "Namespaced"
+    assert spec["names"]["kind"] == "DistributedTrainingJob"
+    assert spec["names"]["plural"] == "distributedtrainingjobs"
+    assert spec["names"]["shortNames"] == ["dtj"]
+    assert spec["names"]["categories"] == ["dtjob"]
+    (version,) = spec["versions"]
+    assert version["name"] == "v1alpha1" and version["served"] and version["storage"]
+    assert version["subresources"] == {"status": {}}
+
+
+def test_printer_columns(generated: dict[str, Any]) -> None:
+    columns = {
+        c["name"]: (c["type"], c["jsonPath"])
+        for c in generated["spec"]["versions"][0]["additionalPrinterColumns"]
+    }
+    assert columns == {
+        "Strategy": ("string", ".spec.strategy.type"),
+        "Phase": ("string", ".status.phase"),
+        "Ready": ("string", ".status.ready"),
+        "Step": ("integer", ".status.progress.step"),
+        "Loss": ("number", ".status.progress.loss"),
+        "Age": ("date", ".metadata.creationTimestamp"),
+    }
+
+
+def test_schema_is_structural(root: dict[str, Any]) -> None:
+    for path, node in walk(root, ""):
+        assert "$ref" not in node and "$defs" not in node, path
+        assert "title" not in node, path
+        assert node.get("type") != "null", path
+        assert node.get("additionalProperties") is not False, path
+        if "anyOf" in node:
+            # The only union a structural schema allows: int-or-string (quantities).
+            assert node["anyOf"] == [{"type": "integer"}, {"type": "string"}], path
+            assert node.get("x-kubernetes-int-or-string") is True, path
+            assert "type" not in node, path
+        elif path != "metadata":
+            assert node.get("type") in {
+                "object",
+                "array",
+                "string",
+                "integer",
+                "number",
+                "boolean",
+            }, path
+        for bound in ("exclusiveMinimum", "exclusiveMaximum"):
+            assert node.get(bound, True) is True, f"{path}: OpenAPI v3 wants a boolean {bound}"
+
+
+def test_metadata_is_left_to_the_server(root: dict[str, Any]) -> None:
+    assert root["properties"]["metadata"] == {"type": "object"}
+    assert root["required"] == ["spec"]
+
+
+def test_every_property_has_a_description(root: dict[str, Any]) -> None:
+    missing = [
+        path
+        for path, node in walk(root, "")
+        if path
+        and path != "metadata"
+        and not path.endswith(("[]", "}"))
+        and not node.get("description")
+    ]
+    assert not missing, f"fields without a docstring: {missing}"
+    # Docstrings are re-flowed to one line; kubectl explain wraps them itself.
+    assert all("\n" not in n.get("description", "") for _, n in walk(root, ""))
+
+
+def test_preserve_unknown_fields_only_for_core_fragments(root: dict[str, Any]) -> None:
+    found = {p for p, node in walk(root, "") if node.get("x-kubernetes-preserve-unknown-fields")}
+    assert found == PRESERVE_UNKNOWN_PATHS
+    for path in found:
+        assert walk_type(root, path) == "object"
+
+
+def walk_type(root: dict[str, Any], path: str) -> str:
+    return next(n for p, n in walk(root, "") if p == path)["type"]  # type: ignore[no-any-return]
+
+
+def test_optional_fields_are_nullable_and_required_ones_listed(root: dict[str, Any]) -> None:
+    worker = at(root, "spec.roles.worker")
+    assert worker["nullable"] is True and worker["type"] == "object"
+    assert at(root, "spec.roles.worker.procsPerPod") == {
+        "description": at(root, "spec.roles.worker.procsPerPod")["description"],
+        "type": "integer",
+        "nullable": True,
+        "minimum": 1,
+        "maximum": 64,
+    }
+    assert at(root, "spec")["required"] == ["strategy", "roles"]
+    assert "nullable" not in at(root, "spec.roles.worker.gpus")
+
+
+def test_types_enums_and_bounds(root: dict[str, Any]) -> None:
+    gpus = at(root, "spec.roles.worker.gpus")
+    assert gpus["type"] == "integer" and gpus["minimum"] == 0  # 0.5 GPUs is refused
+    assert at(root, "spec.strategy.parameterServer.rho")["type"] == "number"
+    assert at(root, "spec.strategy.type")["enum"] == [s.value for s in StrategyType]
+    assert at(root, "status.phase")["enum"] == [p.value for p in JobPhase]
+    test_fraction = at(root, "spec.trainer.dataset.testFraction")
+    assert test_fraction["minimum"] == 0.0 and test_fraction["exclusiveMinimum"] is True
+    assert test_fraction["maximum"] == 1.0 and test_fraction["exclusiveMaximum"] is True
+    labels = at(root, "spec.roles.worker.template.labels")
+    assert labels["additionalProperties"] == {"type": "string"} and labels["maxProperties"] == 64
+    cpu = at(root, "spec.roles.worker.cpu")
+    assert re.match(cpu["pattern"], "500m") and not re.match(cpu["pattern"], "1.2.3")
+
+
+def test_defaults_let_the_server_fill_in_the_stored_object(root: dict[str, Any]) -> None:
+    assert at(root, "spec.strategy.backend")["default"] == "auto"
+    assert at(root, "spec.roles.worker.replicas")["default"] == 1
+    assert at(root, "spec.suspend")["default"] is False
+    trainer = at(root, "spec.trainer")["default"]
+    assert trainer["batchSize"] == 64 and trainer["model"]["hiddenSizes"] == [64, 64, 64]
+    assert at(root, "spec.runPolicy")["default"]["restartPolicy"] == "ExitCode"
+    assert at(root, "status.phase")["default"] == "Pending"
+    assert "default" not in at(root, "spec.roles.worker.procsPerPod")  # None is "absent"
+
+
+def validations(node: dict[str, Any]) -> list[dict[str, Any]]:
+    return node.get("x-kubernetes-validations", [])  # type: ignore[no-any-return]
+
+
+def test_cross_field_rules_point_at_real_fields(root: dict[str, Any]) -> None:
+    spec = at(root, "spec")
+    cross = [v for v in validations(spec) if "oldSelf" not in v["rule"]]
+    assert len(cross) == len(rules.RULES)
+    for v in cross:
+        at(spec, v["fieldPath"].lstrip("."))  # KeyError if the path does not exist
+        assert v["message"] and v["reason"] in {
+            "FieldValueInvalid",
+            "FieldValueRequired",
+            "FieldValueForbidden",
+        }
+        # Numbers in a messageExpression make the server's cost estimate explode.
+        assert "string(" not in v.get("messageExpression", "")
+    all_rules = [v["rule"] for _, n in walk(root, "") for v in validations(n)]
+    assert len(all_rules) == len(set(all_rules)), "rules are keyed by their text: no duplicates"
+
+
+def test_immutability_rules_cover_all_but_the_mutable_fields(root: dict[str, Any]) -> None:
+    spec = at(root, "spec")
+    fixed = {v["fieldPath"] for v in validations(spec) if "oldSelf" in v["rule"]}
+    assert fixed == {f".{f}" for f in spec["properties"]} - {".suspend", ".runPolicy"}
+    run_policy = at(spec, "runPolicy")
+    fixed_rp = {v["fieldPath"] for v in validations(run_policy) if "oldSelf" in v["rule"]}
+    assert fixed_rp == {f".{f}" for f in run_policy["properties"]} - {
+        ".ttlSecondsAfterFinished",
+        ".activeDeadlineSeconds",
+    }
+    # An optional field may appear or disappear: that must count as a change too.
+    pcn = next(v["rule"] for v in validations(spec) if v["fieldPath"] == ".priorityClassName")
+    assert "has(self.priorityClassName) == has(oldSelf.priorityClassName)" in pcn
+
+
+def test_name_rules(root: dict[str, Any]) -> None:
+    texts = [v["rule"] for v in validations(root)]
+    assert "self.metadata.name.size() <= 45" in texts
+    assert any(rules.NAME_PATTERN in t for t in texts)
+
+
+def test_message_expression_is_the_message_in_cel() -> None:
+    rule = next(r for r in rules.RULES if r.field == "roles.ps" and "ParameterServer" in r.cel)
+    expression = rule.message_expression()
+    assert expression is not None and expression.startswith("'only allowed")
+    assert expression.endswith("+ self.strategy.type")
+    assert rule.static_message() == "only allowed with strategy ParameterServer, not this strategy"
