@@ -21,6 +21,12 @@ wanted=("$@")
 [ ${#wanted[@]} -gt 0 ] || wanted=("${all[@]}")
 
 die() { echo "build-binaries: $*" >&2; exit 1; }
+# One line a user can act on: what failed, the tool's own last words, and the full log.
+die_log() {  # what log
+  local last
+  last=$(grep -v '^\s*$' "$2" 2>/dev/null | tail -n 1 | cut -c1-200)
+  die "$1 failed${last:+: $last}; see $2"
+}
 command -v go >/dev/null || die "no Go toolchain on PATH; install Go >= 1.24 (https://go.dev/dl) and retry"
 
 missing=()
@@ -58,7 +64,7 @@ build_kube() {
   for c in "${comps[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c@$KUBE_VERSION"); done
   echo "build-binaries: resolving modules for k8s.io/kubernetes $KUBE_VERSION (log: $log_dir/kube-modules.log)" >&2
   (cd "$mod" && go get "${pkgs[@]}") >"$log_dir/kube-modules.log" 2>&1 \
-    || die "downloading Go modules for k8s.io/kubernetes $KUBE_VERSION failed; see $log_dir/kube-modules.log"
+    || die_log "downloading Go modules for k8s.io/kubernetes $KUBE_VERSION" "$log_dir/kube-modules.log"
   local pkg="k8s.io/component-base/version" cgo="k8s.io/client-go/pkg/version"
   local ld="-s -w"
   for p in $pkg $cgo; do
@@ -68,7 +74,7 @@ build_kube() {
   for c in "${comps[@]}"; do
     echo "build-binaries: building $c $KUBE_VERSION (log: $log_dir/$c.log)" >&2
     (cd "$mod" && go build -trimpath -ldflags "$ld" -o "$bin_dir/$c.tmp" "k8s.io/kubernetes/cmd/$c") \
-      >"$log_dir/$c.log" 2>&1 || die "building $c failed; see $log_dir/$c.log"
+      >"$log_dir/$c.log" 2>&1 || die_log "building $c" "$log_dir/$c.log"
     mv "$bin_dir/$c.tmp" "$bin_dir/$c"
   done
 }
@@ -81,9 +87,10 @@ build_etcd() {
     cd "$mod"
     [ -f go.mod ] || printf 'module dtjob.local/etcdbuild\n\ngo 1.23\n' >go.mod
     echo 'package main' >tools.go
-    go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION"
-    go build -trimpath -ldflags "-s -w" -o "$bin_dir/etcd.tmp" go.etcd.io/etcd/server/v3
-  ) >"$log_dir/etcd.log" 2>&1 || die "building etcd failed; see $log_dir/etcd.log"
+    # && not newlines: set -e does not apply inside a subshell tested with ||.
+    go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" &&
+      go build -trimpath -ldflags "-s -w" -o "$bin_dir/etcd.tmp" go.etcd.io/etcd/server/v3
+  ) >"$log_dir/etcd.log" 2>&1 || die_log "building etcd" "$log_dir/etcd.log"
   mv "$bin_dir/etcd.tmp" "$bin_dir/etcd"
 }
 
@@ -95,7 +102,7 @@ build_install() {  # name module-path version
   local ld="-s -w"
   [ "$name" = helm ] && ld+=" -X helm.sh/helm/v3/internal/version.version=$version"
   GOBIN="$gobin" go install -trimpath -ldflags "$ld" "$path@$version" >"$log_dir/$name.log" 2>&1 \
-    || die "building $name failed; see $log_dir/$name.log"
+    || die_log "building $name" "$log_dir/$name.log"
   mv "$gobin/$name" "$bin_dir/$name"
 }
 

@@ -17,18 +17,24 @@ import pytest
 from kubernetes import client, config
 
 from helpers.cluster import cluster_cmd
-from helpers.kube import create_namespace
+from helpers.kube import KWOK_NODE, create_namespace
 
 
 @dataclass(frozen=True)
 class Cluster:
     kubeconfig: Path
     api: client.ApiClient
-    local: bool  # ours: KWOK fake GPU nodes and the hack/kwok stages are there
+    kwok: bool  # KWOK fake GPU nodes (driven by the hack/kwok stages) are there
 
     @property
     def core(self) -> client.CoreV1Api:
         return client.CoreV1Api(self.api)
+
+
+def _has_fake_gpu_nodes(api: client.ApiClient) -> bool:
+    """A cluster started by `make cluster-up` elsewhere has them; a real cluster has not."""
+    nodes = client.CoreV1Api(api).list_node(label_selector="nvidia.com/gpu.present=true").items
+    return any(n.metadata.annotations.get(KWOK_NODE) == "fake" for n in nodes)
 
 
 def _live_users(users: Path) -> list[Path]:
@@ -45,7 +51,8 @@ def _live_users(users: Path) -> list[Path]:
 def cluster() -> Iterator[Cluster]:
     external = os.environ.get("DTJOB_KUBECONFIG")
     if external:
-        yield Cluster(Path(external), config.new_client_from_config(external), local=False)
+        api = config.new_client_from_config(external)
+        yield Cluster(Path(external), api, kwok=_has_fake_gpu_nodes(api))
         return
     kubeconfig = Path(cluster_cmd("kubeconfig").stdout.strip())
     users = kubeconfig.parent / "pytest-sessions"
@@ -58,7 +65,7 @@ def cluster() -> Iterator[Cluster]:
         me.unlink(missing_ok=True)
         pytest.fail(f"local cluster did not start: {up.stderr.strip()}", pytrace=False)
     try:
-        yield Cluster(kubeconfig, config.new_client_from_config(str(kubeconfig)), local=True)
+        yield Cluster(kubeconfig, config.new_client_from_config(str(kubeconfig)), kwok=True)
     finally:
         me.unlink(missing_ok=True)
         keep = os.environ.get("DTJOB_KEEP_CLUSTER") == "1"
@@ -68,9 +75,9 @@ def cluster() -> Iterator[Cluster]:
 
 @pytest.fixture
 def local_cluster(cluster: Cluster) -> Cluster:
-    """For tests that drive KWOK's fake pods and nodes: skip on a cluster we did not build."""
-    if not cluster.local:
-        pytest.skip("needs the local KWOK cluster (DTJOB_KUBECONFIG points elsewhere)")
+    """For tests that drive KWOK's fake pods and nodes: skip on a cluster without them."""
+    if not cluster.kwok:
+        pytest.skip("needs KWOK fake GPU nodes (DTJOB_KUBECONFIG names a cluster without them)")
     return cluster
 
 
