@@ -1,0 +1,121 @@
+"""Data: scikit-learn's bundled digits (never downloaded) or generated token sequences,
+and the batch order.
+
+The order is a pure function of (seed, step): samples are consumed as one stream over
+epochs, epoch e being a permutation seeded by (seed, e), and step s takes stream positions
+[s * B, (s + 1) * B). So a resumed run sees exactly the batches an uninterrupted run sees,
+and `shard(indices, part, parts)` splits a global batch into contiguous, equal pieces that
+concatenate back to it: data-parallel ranks together compute the single-process batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+import torch
+
+from dtjob_trainer.config import DatasetType, TrainerConfig
+
+# Distinct seed streams, so the split, the generated data and the order never correlate.
+_SPLIT_STREAM = 1
+_TOKENS_STREAM = 2
+_ORDER_STREAM = 3
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Train and held-out tensors on the CPU. Targets are class indices (int64)."""
+
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+
+    @property
+    def train_size(self) -> int:
+        """Training samples."""
+        return int(self.x_train.shape[0])
+
+
+def load_digits_arrays(seed: int, test_fraction: float) -> tuple[np.ndarray, ...]:
+    """Digits scaled to [0, 1], split deterministically from the seed."""
+    from sklearn.datasets import load_digits
+
+    x, y = load_digits(return_X_y=True)
+    order = np.random.default_rng([seed, _SPLIT_STREAM]).permutation(len(y))
+    n_test = max(1, round(len(y) * test_fraction))
+    test, train = order[:n_test], order[n_test:]
+    x = x.astype(np.float64) / 16.0
+    return x[train], y[train], x[test], y[test]
+
+
+def synthetic_tokens(seed: int, samples: int, seq_len: int, vocab: int) -> np.ndarray:
+    """Arithmetic token sequences (start + k * stride mod vocab): learnable from context,
+    since the next token follows from the two before it. Shape (samples, seq_len + 1)."""
+    rng = np.random.default_rng([seed, _TOKENS_STREAM])
+    start = rng.integers(0, vocab, size=(samples, 1))
+    stride = rng.integers(1, max(2, min(vocab, 16)), size=(samples, 1))
+    positions = np.arange(seq_len + 1)[None, :]
+    return np.asarray((start + stride * positions) % vocab, dtype=np.int64)
+
+
+def load_dataset(cfg: TrainerConfig, dtype: torch.dtype) -> Dataset:
+    """The configured data set; features in `dtype` (tokens stay int64)."""
+    t = cfg.trainer
+    if t.dataset.type == DatasetType.DIGITS:
+        x_tr, y_tr, x_te, y_te = load_digits_arrays(t.seed, t.dataset.test_fraction)
+        return Dataset(
+            torch.from_numpy(x_tr).to(dtype),
+            torch.from_numpy(y_tr).long(),
+            torch.from_numpy(x_te).to(dtype),
+            torch.from_numpy(y_te).long(),
+        )
+    m = t.model
+    seqs = torch.from_numpy(synthetic_tokens(t.seed, t.dataset.samples, m.seq_len, m.vocab_size))
+    n = len(seqs)
+    # Keep at least one training sequence; a one-sequence data set is also its own test set.
+    n_test = min(max(1, round(n * t.dataset.test_fraction)), n - 1)
+    train, test = seqs[n_test:], (seqs[:n_test] if n_test else seqs)
+    return Dataset(train[:, :-1], train[:, 1:], test[:, :-1], test[:, 1:])
+
+
+@lru_cache(maxsize=8)
+def _epoch_permutation(seed: int, epoch: int, n: int) -> np.ndarray:
+    return np.random.default_rng([seed, _ORDER_STREAM, epoch]).permutation(n)
+
+
+def global_batch_indices(step: int, batch_size: int, n: int, seed: int) -> torch.Tensor:
+    """Sample indices of the global batch of `step` (pure in its arguments)."""
+    start = step * batch_size
+    out = np.empty(batch_size, dtype=np.int64)
+    filled = 0
+    while filled < batch_size:
+        epoch, offset = divmod(start + filled, n)
+        take = min(batch_size - filled, n - offset)
+        out[filled : filled + take] = _epoch_permutation(seed, epoch, n)[offset : offset + take]
+        filled += take
+    return torch.from_numpy(out)
+
+
+def epoch_of(step: int, batch_size: int, n: int) -> int:
+    """Epoch that the batch of `step` starts in."""
+    return (step * batch_size) // n
+
+
+def shard(indices: torch.Tensor, part: int, parts: int) -> torch.Tensor:
+    """Contiguous piece `part` of `parts` equal pieces (the batch must divide evenly)."""
+    size = indices.shape[0]
+    if size % parts != 0:
+        raise ValueError(f"batch of {size} does not split into {parts} equal shards")
+    per = size // parts
+    return indices[part * per : (part + 1) * per]
+
+
+def batch(
+    data: Dataset, step: int, batch_size: int, seed: int, part: int = 0, parts: int = 1
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inputs and targets of shard `part`/`parts` of the global batch of `step`."""
+    idx = shard(global_batch_indices(step, batch_size, data.train_size, seed), part, parts)
+    return data.x_train[idx], data.y_train[idx]

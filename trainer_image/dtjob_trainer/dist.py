@@ -1,0 +1,134 @@
+"""Process-group set-up with a rendezvous that never hangs, and communication helpers.
+
+Rendezvous: a non-zero rank first waits for a TCP connect to MASTER_ADDR:MASTER_PORT (rank
+0's store) for up to DTJ_RENDEZVOUS_TIMEOUT; rank 0 waits for every peer to join its store
+for the same time. Either timeout raises `RendezvousTimeout` (exit 200). Failures of
+collectives after that are classified by `is_comm_error` and end in `PeerLost` (exit 201).
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from dtjob_trainer.env import DistEnv
+from dtjob_trainer.errors import ConfigError, RendezvousTimeout
+
+# Collectives may legitimately wait long (a slow checkpoint on rank 0, a big first step);
+# a dead peer is detected much sooner by gloo/NCCL error handling.
+COLLECTIVE_TIMEOUT = timedelta(minutes=30)
+
+
+def resolve_backend(requested: str) -> str:
+    """nccl or gloo; auto means nccl when CUDA is visible."""
+    if requested == "auto":
+        return "nccl" if torch.cuda.is_available() else "gloo"
+    if requested == "nccl" and not torch.cuda.is_available():
+        raise ConfigError("strategy.backend: nccl needs a GPU but no CUDA device is visible")
+    if requested not in ("nccl", "gloo"):
+        raise ConfigError(f"strategy.backend: unknown backend {requested!r} (nccl or gloo)")
+    return requested
+
+
+def select_device(backend: str, local_rank: int) -> torch.device:
+    """cuda:<local rank> with NCCL, the CPU with gloo."""
+    if backend == "nccl":
+        device = torch.device("cuda", local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        return device
+    return torch.device("cpu")
+
+
+def wait_for_tcp(host: str, port: int, timeout: float) -> None:
+    """Return once host:port accepts a TCP connection; RendezvousTimeout after `timeout`."""
+    deadline = time.monotonic() + timeout
+    last_error = "no attempt"
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise RendezvousTimeout(
+                f"rendezvous timed out: rank 0 at {host}:{port} not reachable within "
+                f"{timeout:g}s (last error: {last_error}); check that the rank-0 pod is "
+                f"running and network.rendezvousTimeoutSeconds"
+            )
+        try:
+            with socket.create_connection((host, port), timeout=min(5.0, left)):
+                return
+        except OSError as exc:
+            last_error = str(exc) or type(exc).__name__
+        time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+
+
+def init_distributed(env: DistEnv, backend: str) -> None:
+    """Join the job's process group (no-op for a single process)."""
+    timeout = env.rendezvous_timeout
+    is_master = env.rank == 0
+    if not is_master:
+        wait_for_tcp(env.master_addr, env.master_port, timeout)
+    try:
+        store = dist.TCPStore(  # type: ignore[attr-defined]
+            env.master_addr,
+            env.master_port,
+            env.world_size,
+            is_master=is_master,
+            timeout=timedelta(seconds=timeout),
+            wait_for_workers=True,
+        )
+    except (RuntimeError, dist.DistError) as exc:
+        who = "every peer to join" if is_master else "rank 0's store"
+        raise RendezvousTimeout(
+            f"rendezvous timed out waiting for {who} at {env.master_addr}:{env.master_port} "
+            f"within {timeout:g}s ({env.world_size} processes expected): {exc}"
+        ) from exc
+    dist.init_process_group(
+        backend, store=store, rank=env.rank, world_size=env.world_size, timeout=COLLECTIVE_TIMEOUT
+    )
+
+
+def shutdown() -> None:
+    """Leave the process group if one was joined."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+_COMM_MARKERS = (
+    "connection closed",
+    "connection reset",
+    "broken pipe",
+    "gloo",
+    "nccl",
+    "timed out",
+    "socket",
+    "peer",
+)
+
+
+def is_comm_error(exc: BaseException) -> bool:
+    """True when an exception comes from a failed collective/point-to-point (a lost peer)."""
+    if isinstance(exc, dist.DistError):
+        return True
+    if isinstance(exc, (RuntimeError, ConnectionError)):
+        text = str(exc).lower()
+        return any(marker in text for marker in _COMM_MARKERS)
+    return False
+
+
+def broadcast_object(obj: Any, src: int = 0, group: dist.ProcessGroup | None = None) -> Any:
+    """`obj` of rank `src`, on every rank of `group` (small Python objects only)."""
+    box = [obj]
+    dist.broadcast_object_list(box, src=src, group=group)
+    return box[0]
+
+
+def flat_parameters(module: torch.nn.Module) -> torch.Tensor:
+    """Every parameter as one flat float64 CPU vector (full tensors of sharded DTensors)."""
+    parts = []
+    for p in module.parameters():
+        full = p.full_tensor() if hasattr(p, "full_tensor") else p
+        parts.append(full.detach().reshape(-1).to("cpu", torch.float64))
+    return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)

@@ -1,0 +1,155 @@
+"""`launch`: run a job on one machine without Kubernetes, laid out exactly as the operator
+lays it out (`dtjob_trainer.layout`): one `run` process per pod with the pod's contract
+variables (MASTER_ADDR 127.0.0.1), which starts the pod's local ranks itself.
+
+The config may be a DistributedTrainingJob manifest (YAML or JSON; its .spec is used) or a
+bare spec. `--checkpoint-dir` replaces checkpoint.mountPath (default
+./dtjob-checkpoints/<job>), the rendezvous port is a free local one unless --port is given,
+and `--nproc N` resizes the main role (worker, or stage for the pipeline strategies) so the
+job has N processes in all, keeping the other roles (ps) as configured.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import dtjob_trainer
+from dtjob_trainer.config import STAGE_STRATEGIES, TrainerConfig, config_to_spec, load_config
+from dtjob_trainer.errors import ConfigError
+from dtjob_trainer.layout import plan_pods, pod_env
+from dtjob_trainer.procs import supervise, trainer_command
+
+# Variables of the contract (and Kubernetes') never inherited from the launching shell.
+_CONTRACT_PREFIXES = ("DTJ_", "PET_", "KUBERNETES_")
+_CONTRACT_NAMES = {
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "WORLD_SIZE",
+    "RANK",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "NNODES",
+    "NODE_RANK",
+}
+
+
+def read_job_file(path: str) -> tuple[str, dict[str, Any]]:
+    """(job name, spec) from a manifest or a bare spec in YAML or JSON."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError:
+        try:
+            import yaml
+        except ImportError:
+            raise ConfigError(f"{path}: not JSON, and PyYAML is not installed") from None
+        try:
+            doc = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{path}: expected a DistributedTrainingJob or its spec (an object)")
+    if "spec" in doc:
+        name = str((doc.get("metadata") or {}).get("name") or Path(path).stem)
+        spec = doc["spec"]
+        if not isinstance(spec, dict):
+            raise ConfigError(f"{path}: spec: must be an object")
+        return name, spec
+    return Path(path).stem, doc
+
+
+def resize(spec: dict[str, Any], nproc: int) -> dict[str, Any]:
+    """The spec with its main role resized so the job has `nproc` processes."""
+    cfg = load_config(spec)
+    main = "stage" if cfg.strategy.type in STAGE_STRATEGIES else "worker"
+    others = cfg.world_size() - cfg.role_processes(main)
+    left = nproc - others
+    if left < 1:
+        raise ConfigError(
+            f"--nproc: {nproc} leaves no process for roles.{main} ({others} in other roles)"
+        )
+    out: dict[str, Any] = json.loads(json.dumps(spec))
+    role = out["roles"][main]
+    per_pod = getattr(cfg.roles, main).processes()
+    if left % per_pod == 0:
+        role["replicas"] = left // per_pod
+    else:
+        role["replicas"], role["procsPerPod"] = left, 1
+    return out
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def resolve_local_backend(cfg: TrainerConfig) -> str:
+    """auto -> nccl only when every process can have its own GPU (NCCL refuses sharing)."""
+    if cfg.strategy.backend != "auto":
+        return cfg.strategy.backend
+    import torch
+
+    return "nccl" if torch.cuda.device_count() >= cfg.world_size() else "gloo"
+
+
+def child_base_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The launching shell's environment minus contract variables, plus our package path."""
+    env = {
+        k: v
+        for k, v in environ.items()
+        if k not in _CONTRACT_NAMES and not k.startswith(_CONTRACT_PREFIXES)
+    }
+    package_root = str(Path(dtjob_trainer.__file__).resolve().parent.parent)
+    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join([package_root, *[p for p in paths if p != package_root]])
+    return env
+
+
+def launch(
+    config_path: str,
+    nproc: int | None,
+    checkpoint_dir: str | None,
+    port: int | None,
+    run_args: list[str],
+    environ: Mapping[str, str],
+) -> int:
+    """Validate, lay out and run the job; return the gang's exit code."""
+    job, spec = read_job_file(config_path)
+    if nproc is not None:
+        spec = resize(spec, nproc)
+    ckpt = Path(checkpoint_dir or Path("dtjob-checkpoints") / job).resolve()
+    spec = {
+        **spec,
+        "checkpoint": {**spec.get("checkpoint", {}), "mountPath": str(ckpt)},
+        "network": {**spec.get("network", {}), "masterPort": port or free_port()},
+    }
+    cfg = load_config(spec)
+    ckpt.mkdir(parents=True, exist_ok=True)
+    config_file = ckpt / "job-config.json"
+    config_file.write_text(json.dumps(config_to_spec(cfg), indent=2))
+    backend = resolve_local_backend(cfg)
+    base = child_base_env(environ)
+    children = []
+    for pod in plan_pods(cfg):
+        env = pod_env(
+            cfg,
+            pod,
+            job=job,
+            namespace="local",
+            config_path=str(config_file),
+            checkpoint_dir=str(ckpt),
+            backend=backend,
+            host_of=lambda role, index: "127.0.0.1",
+        )
+        children.append((trainer_command("run", *run_args), {**base, **env}))
+    return supervise(children)

@@ -1,0 +1,194 @@
+"""The synchronous training loop shared by the strategies.
+
+A strategy describes itself with a `Trainable` and calls `run_loop(ctx, trainable)`, which:
+
+1. resumes: rank 0 loads the latest checkpoint, the start step is broadcast over
+   `sync_group`, and `load_state_dict` (a collective of the strategy) restores the state;
+2. runs `step(s)` for s = start .. steps-1 after seeding the RNGs from (seed, s, rank);
+3. every `sync_every` steps (and at checkpoint steps and the end) all-reduces, in ONE
+   collective over `sync_group`, the pending per-step losses and a stop flag. `step(s)`
+   returns this rank's share of the loss: the sum over `sync_group` is the global loss
+   (data-parallel ranks return loss / dp_size, ranks without a loss return 0);
+4. logs an interval line and reports progress every `logEverySteps`;
+5. checkpoints every `checkpoint.everySteps`, at the end, and when any rank saw SIGTERM
+   (then raises `Preempted`, exit 143): `state_dict()` is a collective returning the full
+   state on rank 0, which must contain "model" (full parameters by name);
+6. evaluates held-out accuracy (`evaluate()`, a collective, result on rank 0).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from dtjob_trainer.console import Console
+from dtjob_trainer.context import RunContext, RunResult
+from dtjob_trainer.data import epoch_of
+from dtjob_trainer.dist import broadcast_object
+from dtjob_trainer.errors import Preempted, ReplicaMismatch
+from dtjob_trainer.progress import utc_now
+
+# Upper bound on steps between stop-flag checks: SIGTERM is honoured within this many
+# steps even when the log interval is long, while one small collective per 10 steps costs
+# next to nothing.
+MAX_SYNC_EVERY = 10
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Trainable:
+    """A strategy's training state and operations, as the loop needs them."""
+
+    name: str
+    step: Callable[[int], torch.Tensor]
+    """Run the optimizer step of global step s; return this rank's share of its loss."""
+    state_dict: Callable[[], dict[str, Any] | None]
+    """Collective: the full training state on rank 0 (with key "model"), None elsewhere."""
+    load_state_dict: Callable[[dict[str, Any] | None], None]
+    """Collective: restore from the state given on rank 0 (None on the other ranks)."""
+    evaluate: Callable[[], float | None]
+    """Collective: held-out accuracy on rank 0, None elsewhere."""
+    samples_per_step: int
+    """Samples of one global step (for samples/s)."""
+    replica: Callable[[], torch.Tensor] | None = None
+    """This rank's replicated parameters as one flat vector (for --verify-replicas)."""
+    verify_group: dist.ProcessGroup | None = None
+    """Ranks whose `replica()` must be identical (None: all ranks)."""
+    sync_group: dist.ProcessGroup | None = None
+    """Ranks running this loop in lock-step (None: all ranks). Must contain rank 0."""
+
+
+@dataclass
+class _Meter:
+    """Throughput over the last interval."""
+
+    step: int
+    time: float
+
+    def rate(self, step: int, samples_per_step: int) -> tuple[float | None, float | None]:
+        now = time.perf_counter()
+        elapsed, steps = now - self.time, step - self.step
+        self.step, self.time = step, now
+        if steps <= 0 or elapsed <= 0:
+            return None, None
+        return steps * samples_per_step / elapsed, elapsed / steps
+
+
+def _sync(
+    ctx: RunContext, pending: list[torch.Tensor], group: dist.ProcessGroup | None
+) -> tuple[list[float], bool]:
+    """All-reduce pending loss shares and the stop flag in one collective."""
+    flag = torch.tensor([1.0 if ctx.stop.is_set() else 0.0], dtype=torch.float64)
+    values = [p.detach().reshape(1).to("cpu", torch.float64) for p in pending]
+    buf = torch.cat([*values, flag]).to(ctx.device)
+    dist.all_reduce(buf, group=group)
+    out = buf.cpu().tolist()
+    return out[:-1], out[-1] > 0
+
+
+def _verify(ctx: RunContext, t: Trainable, step: int) -> None:
+    assert t.replica is not None
+    mine = t.replica().to(ctx.device)
+    gathered = [torch.empty_like(mine) for _ in range(dist.get_world_size(t.verify_group))]
+    dist.all_gather(gathered, mine, group=t.verify_group)
+    for i, other in enumerate(gathered):
+        if not torch.equal(other, gathered[0]):
+            diff = (other - gathered[0]).abs().max().item()
+            raise ReplicaMismatch(
+                f"after step {step}: parameters of group member {i} differ from member 0 "
+                f"(max abs difference {diff:g})"
+            )
+
+
+def _resume(ctx: RunContext, t: Trainable) -> int:
+    ckpt = ctx.checkpoints.load_latest() if ctx.rank == 0 else None
+    start = int(broadcast_object(ckpt.step if ckpt else 0, group=t.sync_group))
+    if start > 0:
+        if ckpt is not None:
+            log.info(
+                "resuming from the checkpoint of step %d (strategy %s, %d processes)",
+                ckpt.step,
+                ckpt.strategy,
+                ckpt.world_size,
+            )
+        t.load_state_dict(ckpt.state if ckpt else None)
+    return start
+
+
+def run_loop(ctx: RunContext, t: Trainable) -> RunResult:
+    """Train `t` from the latest checkpoint to trainer.steps; see the module docstring."""
+    cfg = ctx.cfg.trainer
+    total, log_every, ckpt_every = cfg.steps, cfg.log_every_steps, ctx.cfg.checkpoint.every_steps
+    sync_every = min(log_every, MAX_SYNC_EVERY)
+    console = Console(enabled=ctx.rank == 0)
+    n_train = ctx.data.train_size
+    verify = ctx.options.verify_replicas and t.replica is not None
+
+    start = _resume(ctx, t)
+    result = RunResult(strategy=t.name, steps=start, start_step=start)
+    meter = _Meter(start, time.perf_counter())
+    last_ckpt: int | None = start if start > 0 else None
+    state: dict[str, Any] | None = None
+    pending: list[torch.Tensor] = []
+    step = start
+    ctx.reporter.update(step=step, totalSteps=total, epoch=epoch_of(step, cfg.batch_size, n_train))
+
+    while step < total:
+        ctx.seed_step(step)
+        pending.append(t.step(step))
+        step += 1
+        if verify:
+            _verify(ctx, t, step)
+            result.replicas_checked += 1
+        due_ckpt = step % ckpt_every == 0 or step == total
+        if step % sync_every and not due_ckpt:
+            continue
+        losses, stop = _sync(ctx, pending, t.sync_group)
+        pending = []
+        result.losses += losses
+        result.steps = step
+        if step % log_every == 0 or step == total or stop:
+            rate, step_time = meter.rate(step, t.samples_per_step)
+            eta = None if step_time is None else step_time * (total - step)
+            epoch = epoch_of(step - 1, cfg.batch_size, n_train)
+            console.interval(step, total, epoch, losses[-1], rate, eta, final=step == total)
+            ctx.reporter.update(
+                step=step, epoch=epoch, loss=losses[-1], samplesPerSecond=rate, etaSeconds=eta
+            )
+        if due_ckpt or stop:
+            state = _checkpoint(ctx, t, step)
+            last_ckpt = step
+            ctx.reporter.update(
+                force=True, lastCheckpointStep=last_ckpt, lastCheckpointTime=utc_now()
+            )
+        if stop:
+            raise Preempted(f"stopped by SIGTERM after step {step}; checkpoint written")
+
+    result.final_loss = result.losses[-1] if result.losses else None
+    result.accuracy = t.evaluate()
+    if last_ckpt != step or step == start:  # the final state has not been gathered yet
+        state = t.state_dict()
+    if ctx.rank == 0 and state is not None:
+        result.params = state["model"]
+        console.message(
+            f"finished {step} steps with {t.name}: loss {result.final_loss} "
+            f"held-out accuracy {result.accuracy}"
+        )
+        ctx.reporter.update(force=True, step=step, accuracy=result.accuracy, etaSeconds=0.0)
+    return result
+
+
+def _checkpoint(ctx: RunContext, t: Trainable, step: int) -> dict[str, Any] | None:
+    state = t.state_dict()
+    if ctx.rank == 0:
+        assert state is not None, "state_dict() must return the state on rank 0"
+        path = ctx.checkpoints.save(step, t.name, ctx.world_size, state)
+        log.info("checkpoint of step %d written to %s", step, path)
+    return state

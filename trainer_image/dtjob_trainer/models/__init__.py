@@ -1,0 +1,82 @@
+"""Models chosen by config, all built as an `nn.Sequential` of blocks so that pipeline
+strategies can cut them into stages (`split_into_stages`) and keep the full model's
+parameter names (stage `1` of a 4-block MLP holds "2.0.weight", as the full model does).
+
+Initialisation is a pure function of the seed: the same config builds the same parameters
+in every process, with or without distribution.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from dtjob_trainer.config import ModelConfig, ModelType, TrainerConfig
+from dtjob_trainer.models.cnn import build_cnn
+from dtjob_trainer.models.gpt import build_gpt, gpt_parameter_count
+from dtjob_trainer.models.mlp import build_mlp
+
+__all__ = [
+    "build_model",
+    "loss_fn",
+    "model_parameter_count",
+    "split_into_stages",
+    "stage_bounds",
+]
+
+
+def _blocks(m: ModelConfig) -> list[nn.Module]:
+    if m.type == ModelType.MLP:
+        return build_mlp(m.hidden_sizes)
+    if m.type == ModelType.CNN:
+        return build_cnn()
+    return build_gpt(m.layers, m.d_model, m.heads, m.seq_len, m.vocab_size)
+
+
+def build_model(cfg: TrainerConfig, dtype: torch.dtype = torch.float32) -> nn.Sequential:
+    """The configured model on the CPU, initialised from trainer.seed, in `dtype`."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.trainer.seed)
+        model = nn.Sequential(*_blocks(cfg.trainer.model))
+    return model.to(dtype)
+
+
+def stage_bounds(blocks: int, stages: int) -> list[tuple[int, int]]:
+    """[start, stop) block ranges of `stages` contiguous, balanced stages (earlier stages
+    take the extra block when it does not divide)."""
+    if not 1 <= stages <= blocks:
+        raise ValueError(f"cannot split {blocks} blocks into {stages} stages")
+    base, extra = divmod(blocks, stages)
+    bounds: list[tuple[int, int]] = []
+    start = 0
+    for s in range(stages):
+        stop = start + base + (1 if s < extra else 0)
+        bounds.append((start, stop))
+        start = stop
+    return bounds
+
+
+def split_into_stages(model: nn.Sequential, stages: int) -> list[nn.Sequential]:
+    """Contiguous stages sharing the model's modules, keeping the full model's names."""
+    named = list(model.named_children())
+    return [
+        nn.Sequential(OrderedDict(named[start:stop]))
+        for start, stop in stage_bounds(len(named), stages)
+    ]
+
+
+def loss_fn(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over every prediction (samples, or samples x positions)."""
+    return F.cross_entropy(output.reshape(-1, output.shape[-1]), target.reshape(-1))
+
+
+def model_parameter_count(cfg: TrainerConfig) -> int:
+    """Parameters of the configured model, computed without building it (big GPTs)."""
+    m = cfg.trainer.model
+    if m.type == ModelType.GPT:
+        return gpt_parameter_count(m.layers, m.d_model, m.seq_len, m.vocab_size)
+    with torch.device("meta"):
+        return sum(p.numel() for p in nn.Sequential(*_blocks(m)).parameters())

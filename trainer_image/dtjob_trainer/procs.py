@@ -1,0 +1,71 @@
+"""Supervising child processes: a pod's local ranks (`run` with LOCAL_WORLD_SIZE > 1) and
+the pods of `launch`. Gang semantics, as in the cluster: SIGTERM/SIGINT are forwarded to
+every child; when one child fails the others get a grace period to fail on their own
+(they usually notice the lost peer and exit 201), then are terminated. The exit code is
+that of the earliest failure (a signal N counts as 128 + N), or 0 when all succeed.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from types import FrameType
+
+POLL_SECONDS = 0.1
+KILL_AFTER_SECONDS = 10.0
+
+
+def exit_code(returncode: int) -> int:
+    """A Popen return code as a shell would report it (killed by signal N -> 128 + N)."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def trainer_command(*args: str) -> list[str]:
+    """argv that runs `python -m dtjob_trainer <args>` with this interpreter."""
+    return [sys.executable, "-m", "dtjob_trainer", *args]
+
+
+def supervise(
+    children: Sequence[tuple[Sequence[str], Mapping[str, str]]], grace: float = 30.0
+) -> int:
+    """Start every (argv, env) child, wait for all of them, return the gang's exit code."""
+    procs = [subprocess.Popen(list(argv), env=dict(env)) for argv, env in children]
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    first_failure: int | None = None
+    terminate_at = kill_at = float("inf")
+    try:
+        while any(p.poll() is None for p in procs):
+            now = time.monotonic()
+            if first_failure is None:
+                for p in procs:
+                    if p.returncode not in (None, 0):
+                        first_failure = exit_code(p.returncode)
+                        terminate_at = now + grace
+                        break
+            if now >= terminate_at:
+                for p in procs:
+                    if p.poll() is None:
+                        p.terminate()
+                terminate_at, kill_at = float("inf"), now + KILL_AFTER_SECONDS
+            if now >= kill_at:
+                for p in procs:
+                    if p.poll() is None:
+                        p.kill()
+                kill_at = float("inf")
+            time.sleep(POLL_SECONDS)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    if first_failure is None:
+        failed = [exit_code(p.returncode) for p in procs if p.returncode != 0]
+        first_failure = failed[0] if failed else 0
+    return first_failure

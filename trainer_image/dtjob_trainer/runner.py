@@ -1,0 +1,150 @@
+"""One training process: contract -> config -> process group -> strategy -> exit code.
+
+`run_process` never raises: every failure becomes the exit code of docs/env-contract.md
+(2 bad config, 143 SIGTERM, 200 rendezvous timeout, 201 peer lost, 1 anything else) with a
+one-line reason on stderr. SIGTERM before training starts exits 143 at once (nothing to
+checkpoint); afterwards it sets `ctx.stop` and the loop checkpoints and exits 143.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import traceback
+from dataclasses import asdict
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from dtjob_trainer.config import TrainerConfig, load_config
+from dtjob_trainer.env import DistEnv
+from dtjob_trainer.errors import (
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_PREEMPTED,
+    ConfigError,
+    PeerLost,
+    TrainerError,
+)
+
+log = logging.getLogger("dtjob_trainer")
+
+
+def read_config_file(path: str) -> TrainerConfig:
+    """Load and validate the job config at `path` (JSON)."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise ConfigError(f"DTJ_CONFIG: cannot read {path}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"DTJ_CONFIG: {path} is not valid JSON: {exc}") from None
+    return load_config(data)
+
+
+def check_env_matches(env: DistEnv, cfg: TrainerConfig) -> None:
+    """The contract and the config must describe the same gang."""
+    if env.world_size != cfg.world_size():
+        raise ConfigError(
+            f"environment variable WORLD_SIZE: {env.world_size}, but the config's roles give "
+            f"{cfg.world_size()} processes"
+        )
+
+
+def _exit_now(code: int) -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown: communication threads of a broken process group can hang
+    # in their destructors, and the exit code must reach the kubelet.
+    os._exit(code)
+
+
+def run_process(env: DistEnv, result_file: str | None, verify_replicas: bool) -> int:
+    """Train as this process's rank; return the exit code (or exit directly on failure)."""
+    stop = threading.Event()
+    training = threading.Event()
+
+    def on_sigterm(signum: int, frame: FrameType | None) -> None:
+        if not training.is_set():
+            log.warning("rank %d: SIGTERM before training started; exiting", env.rank)
+            _exit_now(EXIT_PREEMPTED)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        return _train(env, result_file, verify_replicas, stop, training)
+    except TrainerError as exc:
+        print(f"dtjob-trainer rank {env.rank}: {exc}", file=sys.stderr)
+        _exit_now(exc.exit_code)
+    except Exception as exc:
+        from dtjob_trainer.dist import is_comm_error
+
+        traceback.print_exc()
+        if is_comm_error(exc):
+            lost = PeerLost(f"communication with a peer failed mid-training: {exc}")
+            print(f"dtjob-trainer rank {env.rank}: {lost}", file=sys.stderr)
+            _exit_now(lost.exit_code)
+        _exit_now(EXIT_ERROR)
+    return EXIT_ERROR  # unreachable: _exit_now does not return
+
+
+def _train(
+    env: DistEnv,
+    result_file: str | None,
+    verify_replicas: bool,
+    stop: threading.Event,
+    training: threading.Event,
+) -> int:
+    # Heavy imports after the cheap checks, so a bad config fails in milliseconds.
+    cfg = read_config_file(env.config_path)
+    check_env_matches(env, cfg)
+    from dtjob_trainer.strategies import load_strategy, strategy_key
+
+    key = strategy_key(cfg)
+    strategy = load_strategy(key)
+
+    from dtjob_trainer import dist as tdist
+    from dtjob_trainer.checkpoint import Checkpointer
+    from dtjob_trainer.context import RunContext, RunOptions
+    from dtjob_trainer.progress import make_reporter
+
+    backend = tdist.resolve_backend(env.backend if env.backend != "auto" else cfg.strategy.backend)
+    device = tdist.select_device(backend, env.local_rank)
+    local_progress = None if env.in_cluster else env.checkpoint_dir
+    ctx = RunContext(
+        env=env,
+        cfg=cfg,
+        backend=backend,
+        device=device,
+        checkpoints=Checkpointer(env.checkpoint_dir, cfg.checkpoint.keep),
+        reporter=make_reporter(env, local_progress),
+        options=RunOptions(result_file=result_file, verify_replicas=verify_replicas),
+        stop=stop,
+        strategy_name="",
+    )
+    if env.rank == 0:
+        log.info(
+            "%s: %d processes, backend %s, device %s, model %s, %d steps of batch %d",
+            key,
+            env.world_size,
+            backend,
+            device,
+            cfg.trainer.model.type.value,
+            cfg.trainer.steps,
+            cfg.trainer.batch_size,
+        )
+    tdist.init_distributed(env, backend)
+    training.set()
+    if stop.is_set():  # SIGTERM raced the rendezvous: nothing trained, nothing to save
+        return EXIT_PREEMPTED
+    result = strategy(ctx)
+    if env.rank == 0 and result_file:
+        import torch
+
+        payload: dict[str, Any] = asdict(result)
+        torch.save(payload, result_file)
+    tdist.shutdown()
+    return EXIT_OK

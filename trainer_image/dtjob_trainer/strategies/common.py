@@ -1,0 +1,33 @@
+"""Pieces shared by the data-parallel family (DataParallel, ParameterServer Sync, FSDP,
+CPUOffload): the forward/backward of one rank's shard of the global batch."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from dtjob_trainer.context import RunContext
+from dtjob_trainer.data import batch
+from dtjob_trainer.models import loss_fn
+
+
+def shard_forward_backward(
+    ctx: RunContext, model: nn.Module, dp_rank: int, dp_size: int
+) -> Callable[[int], torch.Tensor]:
+    """A function of the step that runs forward and backward on shard `dp_rank` of
+    `dp_size` of the global batch and returns the detached shard loss / dp_size (its share
+    of the global mean loss). Gradients are left in the parameters."""
+    cfg = ctx.cfg.trainer
+    data = ctx.data
+
+    def forward_backward(step: int) -> torch.Tensor:
+        x, y = batch(data, step, cfg.batch_size, cfg.seed, dp_rank, dp_size)
+        x, y = x.to(ctx.device, non_blocking=True), y.to(ctx.device, non_blocking=True)
+        with ctx.autocast():
+            loss = loss_fn(model(x), y)
+        torch.autograd.backward(loss)
+        return loss.detach() / dp_size
+
+    return forward_backward

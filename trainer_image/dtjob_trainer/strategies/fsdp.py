@@ -1,0 +1,64 @@
+"""FSDP: ZeRO-3 sharding with FSDP2 `fully_shard`. Every block of the model and then the
+root are sharded over a 1-D DeviceMesh of all processes; parameters are all-gathered for
+compute and gradients reduce-scattered (averaged). `offload_policy` lets CPUOffload reuse
+this module with parameters and optimizer state kept in host memory."""
+
+from __future__ import annotations
+
+import torch
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
+
+from dtjob_trainer.context import RunContext, RunResult
+from dtjob_trainer.dist import flat_parameters
+from dtjob_trainer.evaluate import accuracy
+from dtjob_trainer.loop import Trainable, run_loop
+from dtjob_trainer.optim import build_optimizer
+from dtjob_trainer.state import gather_full_state, load_full_state
+from dtjob_trainer.strategies.common import shard_forward_backward
+
+NAME = "FSDP"
+
+
+def run(ctx: RunContext) -> RunResult:
+    """Train with FSDP2 over every process of the job."""
+    return run_sharded(ctx, OffloadPolicy(), ctx.strategy_name or NAME)
+
+
+def run_sharded(ctx: RunContext, offload: OffloadPolicy, name: str) -> RunResult:
+    """Shard block by block, then the root, and train with the shared loop."""
+    mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
+    offloading = isinstance(offload, CPUOffloadPolicy)
+    # With CPU offload the sharded parameters start (and stay) in host memory; FSDP moves
+    # each block to the device for its forward/backward.
+    model = ctx.build_model() if offloading else ctx.build_model().to(ctx.device)
+    for block in model:
+        fully_shard(block, mesh=mesh, offload_policy=offload)
+    fully_shard(model, mesh=mesh, offload_policy=offload)
+    optimizer = build_optimizer(model.parameters(), ctx.cfg.trainer.optimizer)
+    forward_backward = shard_forward_backward(ctx, model, ctx.rank, ctx.world_size)
+
+    def step(s: int) -> torch.Tensor:
+        optimizer.zero_grad(set_to_none=True)
+        loss = forward_backward(s)
+        optimizer.step()
+        return loss
+
+    return run_loop(
+        ctx,
+        Trainable(
+            name=name,
+            step=step,
+            state_dict=lambda: gather_full_state(model, optimizer, ctx.rank),
+            load_state_dict=lambda state: load_full_state(model, optimizer, state),
+            # Sharded forward passes are collectives: every rank evaluates, rank 0 reports.
+            evaluate=lambda: _accuracy_on_rank0(ctx, model),
+            samples_per_step=ctx.cfg.trainer.batch_size,
+            replica=lambda: flat_parameters(model),
+        ),
+    )
+
+
+def _accuracy_on_rank0(ctx: RunContext, model: torch.nn.Module) -> float | None:
+    value = accuracy(model, ctx.data, ctx.device)
+    return value if ctx.rank == 0 else None
