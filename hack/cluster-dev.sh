@@ -13,7 +13,7 @@ pidfile=$state/pids/operator.pid log=$state/logs/operator.log
 operator_pid() {  # the recorded pid, if that process is still our operator
   local pid
   pid=$(cat "$pidfile" 2>/dev/null) || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "-m dtjob_operator" && echo "$pid"
+  { tr '\0' ' ' <"/proc/$pid/cmdline"; } 2>/dev/null | grep -q -- "-m dtjob_operator" && echo "$pid"
 }
 
 case "${1:-}" in
