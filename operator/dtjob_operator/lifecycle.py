@@ -1,0 +1,436 @@
+"""The lifecycle planner: from what exists to what should happen next. Pure.
+
+`plan(observed, settings)` reads one job, its pods and its other children, and returns a
+Plan: children to create, pods to delete, whether to delete the job, the full desired
+status, events for transitions, and when to look again. The executor applies it; running
+the planner again on the result yields nothing new, so an operator restart at any moment
+loses nothing and creates nothing twice.
+
+Reading order (each step returns when it decides):
+
+1. The job is being deleted: nothing to do (owner references let Kubernetes collect the
+   children).
+2. Already Succeeded or Failed: the status is final (only the trainer's last progress is
+   still copied); apply cleanPodPolicy; delete the job once ttlSecondsAfterFinished passed.
+3. Invalid spec: Failed with reason InvalidSpec and every error's field in the message; no
+   children are created.
+4. spec.suspend: delete every pod, phase Suspended; the deadline clock stops (startTime is
+   cleared, as batch/v1 Jobs do); unsuspending resumes with a fresh gang.
+5. activeDeadlineSeconds passed since startTime: Failed/DeadlineExceeded, pods deleted.
+6. A failure in the current gang (pods labelled generation == status.restarts): permanent
+   -> Failed at once; retryable -> restarts+1 (Failed/BackoffLimitExceeded past
+   backoffLimit), phase Restarting, every pod deleted. Once the gang has started, a member
+   that is deleted or vanishes counts as a retryable failure too (eviction, node drain).
+7. Success per the success policy: Succeeded; still-running pods (parameter servers) stop.
+8. Gang started (Starting/Running): recreate anything missing, Running once all pods are
+   ready.
+9. Otherwise start the gang (Pending, Queued, Restarting, resumed): wait for admission, for
+   the restart backoff, and for every pod of an older gang to be gone (the new pods reuse
+   their names), then create the whole gang at once -> Starting.
+
+A job is never stuck: every waiting branch returns a requeue_after.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence, Set
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from dtjob_operator.api.spec import DistributedTrainingJobSpec, RunPolicy
+from dtjob_operator.api.status import TERMINAL_PHASES, JobPhase
+from dtjob_operator.api.validation import validate_job
+from dtjob_operator.builders import Job, Manifest, build_pods, build_support_objects, child_key
+from dtjob_operator.constants import (
+    CONDITION_ADMITTED,
+    CONDITION_FAILED,
+    CONDITION_RESTARTING,
+    CONDITION_RUNNING,
+    CONDITION_SUCCEEDED,
+    CONDITION_SUSPENDED,
+    EVENT_CREATED,
+    EVENT_NORMAL,
+    EVENT_TTL_EXPIRED,
+    EVENT_WARNING,
+    REASON_ADMITTED,
+    REASON_BACKOFF_LIMIT_EXCEEDED,
+    REASON_DEADLINE_EXCEEDED,
+    REASON_INVALID_SPEC,
+    REASON_POD_FAILED_PERMANENT,
+    REASON_PODS_NOT_READY,
+    REASON_PODS_READY,
+    REASON_RESUMED,
+    REASON_SUSPENDED,
+    REASON_WAITING_FOR_ADMISSION,
+)
+from dtjob_operator.envcontract import rank_layout
+from dtjob_operator.policies.backoff import restart_delay, restart_not_before
+from dtjob_operator.policies.clean_pod_policy import pods_to_clean
+from dtjob_operator.policies.deadline import deadline_exceeded, deadline_of
+from dtjob_operator.policies.failure_policy import (
+    FailureVerdict,
+    gang_failures,
+    judge,
+)
+from dtjob_operator.policies.finished import finished_actions, lenient_run_policy, unfinished
+from dtjob_operator.policies.pods import (
+    Pod,
+    gang_of,
+    is_finished,
+    is_ready,
+    live_names,
+    name_of,
+    stale_pods,
+)
+from dtjob_operator.policies.success_policy import SuccessVerdict, judge_success
+from dtjob_operator.policies.times import parse_time, seconds_until
+from dtjob_operator.settings import OperatorSettings
+from dtjob_operator.status import ConditionUpdate, StatusDecision, compute_status, progress_of
+
+STARTED_PHASES = frozenset({JobPhase.STARTING, JobPhase.RUNNING})
+MAX_ERRORS_IN_MESSAGE = 5
+
+
+@dataclass(frozen=True, kw_only=True)
+class Observed:
+    """Everything the planner looks at, read by the executor just before."""
+
+    job: Mapping[str, Any]
+    """The DistributedTrainingJob as the API returns it (metadata, spec, status)."""
+    pods: Sequence[Mapping[str, Any]] = ()
+    """The job's pods (label dtjob.io/job-name, owned by this job), any generation."""
+    children: Set[tuple[str, str]] = frozenset()
+    """(kind, name) of the other children that exist: ServiceAccount, Role, RoleBinding,
+    ConfigMap, Service."""
+    progress: Mapping[str, Any] | None = None
+    """The parsed progress.json the trainer wrote, or None."""
+    now: datetime
+    """The current time (timezone-aware)."""
+    admitted: bool = True
+    """Gang admission: False holds a job that has no gang yet in phase Queued (no pods)."""
+    admission_message: str = ""
+    """Why the job is not admitted yet (shown in the Admitted condition)."""
+
+
+@dataclass(frozen=True)
+class Event:
+    """A Kubernetes event on the job, for a transition."""
+
+    type: str
+    """Normal or Warning."""
+    reason: str
+    message: str
+
+
+@dataclass
+class Plan:
+    """What the executor should do, in this order: create, delete pods, delete the job,
+    patch the status (only if it differs), record events, requeue."""
+
+    status: dict[str, Any]
+    """The full desired status (camelCase)."""
+    create: list[Manifest] = field(default_factory=list)
+    """Manifests of missing children, in creation order; creating one that exists is a no-op."""
+    delete_pods: list[str] = field(default_factory=list)
+    """Names of pods to delete."""
+    delete_job: bool = False
+    """The finished job's TTL has passed: delete it (its children go with it)."""
+    events: list[Event] = field(default_factory=list)
+    requeue_after: float | None = None
+    """Seconds until a time-based transition (backoff, deadline, TTL) or the next periodic
+    look; None when only a watch event can change anything."""
+
+
+def plan(observed: Observed, settings: OperatorSettings) -> Plan:
+    """The next step for one job (see the module docstring for the order of decisions)."""
+    return _Planner(observed, settings).run()
+
+
+class _Planner:
+    """One planning pass: accumulates the decision, then renders the Plan."""
+
+    def __init__(self, observed: Observed, settings: OperatorSettings) -> None:
+        self.o = observed
+        self.settings = settings
+        self.now = observed.now
+        self.meta: Mapping[str, Any] = observed.job.get("metadata") or {}
+        self.prior: Mapping[str, Any] = observed.job.get("status") or {}
+        self.prior_phase = _phase(self.prior.get("phase"))
+        self.phase = self.prior_phase
+        self.restarts = int(self.prior.get("restarts") or 0)
+        self.start_time = parse_time(self.prior.get("startTime"))
+        self.completion_time = parse_time(self.prior.get("completionTime"))
+        self.last_restart_time = parse_time(self.prior.get("lastRestartTime"))
+        self.spec: DistributedTrainingJobSpec | None = None
+        self.gang: list[Pod] = []
+        self.conditions: list[ConditionUpdate] = []
+        self.create: list[Manifest] = []
+        self.delete: set[str] = set()
+        self.events: list[Event] = []
+        self.requeue: list[float] = []
+
+    # -- the decision, top to bottom -----------------------------------------------------
+
+    def run(self) -> Plan:
+        if self.meta.get("deletionTimestamp"):
+            return Plan(status=dict(self.prior))
+        if self.prior_phase in TERMINAL_PHASES:
+            return self._finished()
+        errors = validate_job(self.o.job.get("spec"), self.meta.get("name"))
+        if errors:
+            shown = "; ".join(str(e) for e in errors[:MAX_ERRORS_IN_MESSAGE])
+            more = len(errors) - MAX_ERRORS_IN_MESSAGE
+            return self._fail(
+                REASON_INVALID_SPEC, shown + (f" (and {more} more)" if more > 0 else "")
+            )
+        job = Job.from_object(self.o.job)
+        self.job, self.spec = job, job.spec
+        self.gang = gang_of(self.o.pods, self.restarts)
+        if self.spec.suspend:
+            return self._suspend()
+        if self.prior_phase == JobPhase.SUSPENDED:
+            self._condition(CONDITION_SUSPENDED, False, REASON_RESUMED, "the job was resumed")
+            self._event(EVENT_NORMAL, REASON_RESUMED, "the job was resumed")
+        run_policy = self.spec.runPolicy
+        if deadline_exceeded(self.start_time, run_policy, self.now):
+            seconds = run_policy.activeDeadlineSeconds
+            return self._fail(
+                REASON_DEADLINE_EXCEEDED,
+                f"the job ran longer than activeDeadlineSeconds ({seconds}s)",
+            )
+        members = [m["metadata"]["name"] for m in build_pods(job, self.restarts, self.settings)]
+        started = self.prior_phase in STARTED_PHASES
+        verdict = judge(gang_failures(self.o.pods, self.restarts, members, started), run_policy)
+        if verdict is not None:
+            return self._on_failure(verdict, run_policy)
+        success = judge_success(self.spec, self.gang)
+        if success is not None:
+            return self._succeed(success)
+        self._create_missing_support_objects()
+        if self.prior_phase in STARTED_PHASES:
+            return self._keep_running()
+        return self._start_gang(run_policy)
+
+    def _suspend(self) -> Plan:
+        self.delete.update(live_names(self.o.pods))
+        self.phase = JobPhase.SUSPENDED
+        self.start_time = None  # the deadline clock restarts on resume
+        message = "spec.suspend is true: the pods are deleted until it is false again"
+        self._condition(CONDITION_SUSPENDED, True, REASON_SUSPENDED, message)
+        self._condition(CONDITION_RUNNING, False, REASON_SUSPENDED, message)
+        if self.prior_phase != JobPhase.SUSPENDED:
+            self._event(EVENT_NORMAL, REASON_SUSPENDED, message)
+        self.gang = []
+        return self._render()
+
+    def _on_failure(self, verdict: FailureVerdict, policy: RunPolicy) -> Plan:
+        if not verdict.retryable:
+            return self._fail(REASON_POD_FAILED_PERMANENT, verdict.message)
+        if self.restarts >= policy.backoffLimit:
+            return self._fail(
+                REASON_BACKOFF_LIMIT_EXCEEDED,
+                f"the gang failed again after {self.restarts} restarts "
+                f"(backoffLimit {policy.backoffLimit}): {verdict.message}",
+            )
+        self.restarts += 1
+        self.last_restart_time = self.now
+        delay = restart_delay(self.restarts, policy)
+        message = (
+            f"gang restart {self.restarts} of at most {policy.backoffLimit} in {delay}s, "
+            f"from the last checkpoint: {verdict.message}"
+        )
+        self.phase = JobPhase.RESTARTING
+        self._condition(CONDITION_RESTARTING, True, verdict.reason, message)
+        self._condition(CONDITION_RUNNING, False, verdict.reason, message)
+        self._event(EVENT_WARNING, verdict.reason, message)
+        self.delete.update(live_names(self.o.pods))
+        self.gang = []
+        self.requeue.append(delay if delay > 0 else self.settings.resync_seconds)
+        return self._render()
+
+    def _fail(self, reason: str, message: str) -> Plan:
+        self.phase = JobPhase.FAILED
+        self.completion_time = self.now
+        self._condition(CONDITION_FAILED, True, reason, message)
+        self._stop_conditions(reason, message)
+        self._event(EVENT_WARNING, reason, message)
+        policy = self._run_policy()
+        self.delete.update(pods_to_clean(self.o.pods, policy.cleanPodPolicy))
+        if reason in (REASON_DEADLINE_EXCEEDED, REASON_INVALID_SPEC):
+            # Past the deadline, or with a spec that cannot work, nothing may keep running.
+            self.delete.update(live_names(p for p in self.o.pods if not is_finished(p)))
+        self._requeue_for_ttl(policy)
+        return self._render()
+
+    def _succeed(self, verdict: SuccessVerdict) -> Plan:
+        self.phase = JobPhase.SUCCEEDED
+        self.completion_time = self.now
+        self._condition(CONDITION_SUCCEEDED, True, verdict.reason, verdict.message)
+        self._stop_conditions(verdict.reason, verdict.message)
+        self._event(EVENT_NORMAL, verdict.reason, verdict.message)
+        policy = self._run_policy()
+        self.delete.update(pods_to_clean(self.o.pods, policy.cleanPodPolicy))
+        self.delete.update(unfinished(self.o.pods))  # parameter servers never exit alone
+        self._requeue_for_ttl(policy)
+        return self._render()
+
+    def _keep_running(self) -> Plan:
+        self.create.extend(self._missing_pods())
+        ready, total = sum(is_ready(p) for p in self.gang), self._gang_size()
+        if self.prior_phase == JobPhase.RUNNING:
+            self.phase = JobPhase.RUNNING  # pods finishing one by one do not undo Running
+        elif ready == total:
+            self.phase = JobPhase.RUNNING
+            message = f"all {total} pods are ready"
+            self._condition(CONDITION_RUNNING, True, REASON_PODS_READY, message)
+            if self._had_condition(CONDITION_RESTARTING):
+                self._condition(CONDITION_RESTARTING, False, REASON_PODS_READY, message)
+            self._event(EVENT_NORMAL, REASON_PODS_READY, message)
+        else:
+            self.phase = JobPhase.STARTING
+            message = f"{ready}/{total} pods ready"
+            self._condition(CONDITION_RUNNING, False, REASON_PODS_NOT_READY, message)
+        self._requeue_while_active()
+        return self._render()
+
+    def _start_gang(self, policy: RunPolicy) -> Plan:
+        if not self.o.admitted:
+            self.phase = JobPhase.QUEUED
+            message = self.o.admission_message or "waiting for the whole gang to fit"
+            self._condition(CONDITION_ADMITTED, False, REASON_WAITING_FOR_ADMISSION, message)
+            if self.prior_phase != JobPhase.QUEUED:
+                self._event(EVENT_NORMAL, REASON_WAITING_FOR_ADMISSION, message)
+            self.requeue.append(self.settings.resync_seconds)
+            return self._render()
+        self._condition(CONDITION_ADMITTED, True, REASON_ADMITTED, "the whole gang may start")
+        not_before = restart_not_before(self.last_restart_time, self.restarts, policy)
+        waiting = (
+            seconds_until(not_before, self.now) if not_before and self.now < not_before else 0.0
+        )
+        if not waiting and stale_pods(self.o.pods, self.restarts):
+            waiting = self.settings.resync_seconds  # old pods still hold the names
+        if waiting:
+            self.phase = (
+                JobPhase.RESTARTING if self.prior_phase == JobPhase.RESTARTING else JobPhase.PENDING
+            )
+            self.requeue.append(waiting)
+            self._requeue_for_deadline()
+            return self._render()
+        pods = self._missing_pods()
+        self.create.extend(pods)
+        self.phase = JobPhase.STARTING
+        self.start_time = self.start_time or self.now
+        total = self._gang_size()
+        message = f"{sum(is_ready(p) for p in self.gang)}/{total} pods ready"
+        self._condition(CONDITION_RUNNING, False, REASON_PODS_NOT_READY, message)
+        if pods:
+            self._event(
+                EVENT_NORMAL,
+                EVENT_CREATED,
+                f"created {len(pods)} of {total} pods of gang generation {self.restarts}",
+            )
+        self._requeue_while_active()
+        return self._render()
+
+    def _finished(self) -> Plan:
+        """Terminal: the status is final but for the trainer's last progress report."""
+        policy = lenient_run_policy(self.o.job.get("spec"))
+        succeeded = self.prior_phase == JobPhase.SUCCEEDED
+        actions = finished_actions(self.o.pods, succeeded, policy, self.completion_time, self.now)
+        status = dict(self.prior)
+        if progress := progress_of(self.o.progress):
+            status["progress"] = progress
+        result = Plan(status, delete_pods=actions.delete_pods, requeue_after=actions.requeue_after)
+        if actions.delete_job:
+            result.delete_job = True
+            ttl = policy.ttlSecondsAfterFinished
+            message = f"deleting the job: ttlSecondsAfterFinished ({ttl}s) passed"
+            result.events.append(Event(EVENT_NORMAL, EVENT_TTL_EXPIRED, message))
+        return result
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _create_missing_support_objects(self) -> None:
+        for manifest in build_support_objects(self.job):
+            if child_key(manifest) not in self.o.children:
+                self.create.append(manifest)
+
+    def _missing_pods(self) -> list[Manifest]:
+        existing = {name_of(p) for p in self.o.pods}
+        return [
+            m
+            for m in build_pods(self.job, self.restarts, self.settings)
+            if m["metadata"]["name"] not in existing
+        ]
+
+    def _gang_size(self) -> int:
+        assert self.spec is not None
+        return rank_layout(self.spec).nnodes
+
+    def _run_policy(self) -> RunPolicy:
+        if self.spec is not None:
+            return self.spec.runPolicy
+        return lenient_run_policy(self.o.job.get("spec"))
+
+    def _stop_conditions(self, reason: str, message: str) -> None:
+        self._condition(CONDITION_RUNNING, False, reason, message)
+        if self._had_condition(CONDITION_RESTARTING):
+            self._condition(CONDITION_RESTARTING, False, reason, message)
+
+    def _had_condition(self, type_: str) -> bool:
+        return any(c.get("type") == type_ for c in self.prior.get("conditions") or [])
+
+    def _condition(self, type_: str, status: bool, reason: str, message: str) -> None:
+        self.conditions.append(ConditionUpdate(type_, status, reason, message))
+
+    def _event(self, type_: str, reason: str, message: str) -> None:
+        self.events.append(Event(type_, reason, message))
+
+    def _requeue_while_active(self) -> None:
+        # Progress is copied on every pass; the ConfigMap watch wakes us too, this is the floor.
+        self.requeue.append(self.settings.progress_sync_seconds)
+        self._requeue_for_deadline()
+
+    def _requeue_for_deadline(self) -> None:
+        assert self.spec is not None
+        deadline = deadline_of(self.start_time, self.spec.runPolicy)
+        if deadline is not None:
+            self.requeue.append(seconds_until(deadline, self.now))
+
+    def _requeue_for_ttl(self, policy: RunPolicy) -> None:
+        # Never delete in the pass that finishes the job: watchers see the final status first.
+        if policy.ttlSecondsAfterFinished is not None:
+            self.requeue.append(float(policy.ttlSecondsAfterFinished))
+
+    def _render(self) -> Plan:
+        status = compute_status(
+            self.prior,
+            self.spec,
+            StatusDecision(
+                phase=self.phase,
+                conditions=self.conditions,
+                restarts=self.restarts,
+                start_time=self.start_time,
+                completion_time=self.completion_time,
+                last_restart_time=self.last_restart_time,
+                gang=self.gang,
+            ),
+            now=self.now,
+            observed_generation=self.meta.get("generation"),
+            progress=self.o.progress,
+        )
+        return Plan(
+            status=status,
+            create=self.create,
+            delete_pods=sorted(self.delete),
+            events=self.events,
+            requeue_after=min(self.requeue) if self.requeue else None,
+        )
+
+
+def _phase(value: object) -> JobPhase:
+    try:
+        return JobPhase(str(value)) if value else JobPhase.PENDING
+    except ValueError:
+        return JobPhase.PENDING

@@ -1,0 +1,245 @@
+"""Failure policy: is a failed pod worth a gang restart, and which failure decides.
+
+NCCL cannot lose a member, so one failed pod ends the whole gang; the question is only
+whether the next gang can do better (retryable: restart from the last checkpoint) or not
+(permanent: fail the job at once). When several pods fail, the earliest (container
+finishedAt) decides: the others usually died of it (a peer lost its partner). Equal times
+go to the permanent failure, since restarting cannot fix a bug or a bad config.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from dtjob_operator.api.spec import RestartPolicy, RunPolicy
+from dtjob_operator.constants import (
+    REASON_PEER_LOST,
+    REASON_POD_FAILED_PERMANENT,
+    REASON_POD_FAILED_RETRYABLE,
+    REASON_PREEMPTED,
+    REASON_RENDEZVOUS_TIMEOUT,
+)
+from dtjob_operator.policies.pods import (
+    Pod,
+    generation_of,
+    is_finished,
+    is_terminating,
+    name_of,
+    phase_of,
+    trainer_termination,
+)
+from dtjob_operator.policies.times import parse_time
+
+# What the bundled trainer and the kernel mean by an exit code (docs/env-contract.md).
+EXIT_MEANINGS = {
+    1: "unexpected error",
+    2: "invalid job config",
+    137: "killed by SIGKILL (out of memory or forced stop)",
+    143: "stopped by SIGTERM (preemption, suspend or node drain)",
+    200: "rendezvous with rank 0 timed out",
+    201: "lost a peer during training",
+}
+# Retryable failures whose cause is known get a reason of their own.
+RETRYABLE_REASONS = {143: REASON_PREEMPTED, 200: REASON_RENDEZVOUS_TIMEOUT, 201: REASON_PEER_LOST}
+LOST_POD_DETAIL = "deleted or gone while the gang ran (eviction, node drain or a manual delete)"
+DETAIL_LIMIT = 300  # characters of the container's termination message kept in status
+
+
+@dataclass(frozen=True)
+class PodFailure:
+    """What is known about one failed pod."""
+
+    pod: str
+    container: str | None
+    exit_code: int | None
+    """None when the pod failed without its container exiting (evicted, node lost)."""
+    finished_at: datetime | None
+    reason: str | None
+    """Kubernetes' word for it: OOMKilled, Error, Evicted, ..."""
+    detail: str | None
+    """The container's termination message (its last log lines) or the pod's message."""
+
+
+@dataclass(frozen=True)
+class FailureVerdict:
+    """The failure that decides the gang's fate."""
+
+    failure: PodFailure
+    retryable: bool
+    reason: str
+    """Condition reason: PodFailedPermanent, or PodFailedRetryable / Preempted / ..."""
+    message: str
+    """Names the pod, container, exit code, its meaning and the policy's judgement."""
+
+
+def observe_failure(pod: Pod) -> PodFailure | None:
+    """The failure of `pod`, or None when it has not failed. A trainer that exited non-zero
+    counts even before the kubelet has moved the pod to phase Failed."""
+    termination = trainer_termination(pod)
+    code = _exit_code(termination[1]) if termination else None
+    if phase_of(pod) != "Failed" and not code:
+        return None
+    status: Mapping[str, Any] = pod.get("status") or {}
+    if termination is None or code is None:
+        # No container exit to speak of: the pod itself was failed (eviction, node loss).
+        return PodFailure(
+            pod=name_of(pod),
+            container=None,
+            exit_code=None,
+            finished_at=_pod_failed_at(pod),
+            reason=status.get("reason"),
+            detail=status.get("message"),
+        )
+    container, state = termination
+    return PodFailure(
+        pod=name_of(pod),
+        container=container,
+        exit_code=code,
+        finished_at=parse_time(state.get("finishedAt")),
+        reason=state.get("reason"),
+        detail=state.get("message"),
+    )
+
+
+def is_retryable(failure: PodFailure, policy: RunPolicy) -> bool:
+    """ExitCode: listed codes first, then 1-127 permanent and 128+ retryable; a pod that
+    failed without an exit code (evicted, node lost) is retryable. OnFailure: always
+    retryable. Never: never."""
+    restart = RestartPolicy(policy.restartPolicy)
+    if restart == RestartPolicy.ON_FAILURE:
+        return True
+    if restart == RestartPolicy.NEVER:
+        return False
+    code = failure.exit_code
+    if code is None:
+        return True
+    if code in (policy.permanentExitCodes or []):
+        return False
+    if code in (policy.retryableExitCodes or []):
+        return True
+    return code >= 128
+
+
+def judge_failures(pods: Iterable[Pod], policy: RunPolicy) -> FailureVerdict | None:
+    """The verdict on the earliest failure among `pods` (the current gang), or None."""
+    return judge([f for p in pods if (f := observe_failure(p))], policy)
+
+
+def lost_pod(pod: str, since: datetime | None, why: str = LOST_POD_DETAIL) -> PodFailure:
+    """A gang member that is gone (or going) without having exited: deleted by a user,
+    evicted, or lost with its node. NCCL cannot go on without it, so it counts as a
+    failure without an exit code (retryable under the ExitCode policy)."""
+    return PodFailure(
+        pod=pod, container=None, exit_code=None, finished_at=since, reason="Deleted", detail=why
+    )
+
+
+def gang_failures(
+    pods: Iterable[Pod], generation: int, members: Iterable[str], started: bool
+) -> list[PodFailure]:
+    """Failures of gang `generation`, whose pods are named `members`.
+
+    Before the gang has started, only its live pods count: a pod still terminating from a
+    suspend is no failure. Once started, a member being deleted, or gone, is lost to the
+    collective: a retryable failure, so that the gang restarts at once instead of waiting
+    for the others to time out."""
+    gang = [p for p in pods if generation_of(p) == generation]
+    if not started:
+        gang = [p for p in gang if not is_terminating(p)]
+    failures = [f for p in gang if (f := observe_failure(p))]
+    if not started:
+        return failures
+    seen = {f.pod for f in failures}
+    for pod in gang:
+        if is_terminating(pod) and not is_finished(pod) and name_of(pod) not in seen:
+            since = parse_time(pod["metadata"].get("deletionTimestamp"))
+            failures.append(lost_pod(name_of(pod), since))
+    present = {name_of(p) for p in gang}
+    failures.extend(lost_pod(name, None) for name in members if name not in present)
+    return failures
+
+
+def judge(failures: Iterable[PodFailure], policy: RunPolicy) -> FailureVerdict | None:
+    """The verdict on the earliest of `failures`, or None when there are none."""
+    judged = [(f, is_retryable(f, policy)) for f in failures]
+    if not judged:
+        return None
+    # Earliest first; unknown times last; at equal times permanent first; then by name so
+    # the verdict does not depend on list order.
+    failure, retryable = min(
+        judged,
+        key=lambda fr: (
+            fr[0].finished_at is None,
+            fr[0].finished_at or datetime.min,
+            fr[1],
+            fr[0].pod,
+        ),
+    )
+    return FailureVerdict(
+        failure=failure,
+        retryable=retryable,
+        reason=_reason(failure, retryable),
+        message=describe(failure, retryable, policy),
+    )
+
+
+def describe(failure: PodFailure, retryable: bool, policy: RunPolicy) -> str:
+    """e.g. "pod j-worker-1 exited with code 1 in container trainer: unexpected error
+    (permanent under restartPolicy ExitCode)"."""
+    judgement = f"{'retryable' if retryable else 'permanent'} under restartPolicy " + str(
+        RestartPolicy(policy.restartPolicy)
+    )
+    if failure.exit_code is None:
+        why = failure.reason or "no exit code"
+        text = f"pod {failure.pod} failed without an exit code ({why}) ({judgement})"
+    else:
+        text = (
+            f"pod {failure.pod} exited with code {failure.exit_code} in container "
+            f"{failure.container}: {_meaning(failure)} ({judgement})"
+        )
+    if failure.detail:
+        text += f": {_tail(failure.detail)}"
+    return text
+
+
+def _reason(failure: PodFailure, retryable: bool) -> str:
+    if not retryable:
+        return REASON_POD_FAILED_PERMANENT
+    if failure.exit_code is None:
+        return REASON_POD_FAILED_RETRYABLE
+    return RETRYABLE_REASONS.get(failure.exit_code, REASON_POD_FAILED_RETRYABLE)
+
+
+def _meaning(failure: PodFailure) -> str:
+    code = failure.exit_code
+    assert code is not None
+    if failure.reason == "OOMKilled":
+        return "out of memory (OOMKilled)"
+    if code in EXIT_MEANINGS:
+        return EXIT_MEANINGS[code]
+    if code > 128:
+        return f"killed by signal {code - 128}"
+    return "error"
+
+
+def _tail(detail: str) -> str:
+    """The end of a termination message (the error is at the end of a traceback), on one
+    line, short enough for a condition message."""
+    lines = [line.strip() for line in detail.strip().splitlines() if line.strip()]
+    text = " | ".join(lines[-3:])
+    return text if len(text) <= DETAIL_LIMIT else "..." + text[-(DETAIL_LIMIT - 3) :]
+
+
+def _exit_code(state: Mapping[str, Any]) -> int | None:
+    code = state.get("exitCode")
+    return code if isinstance(code, int) else None
+
+
+def _pod_failed_at(pod: Pod) -> datetime | None:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    times = [parse_time(c.get("lastTransitionTime")) for c in conditions]
+    known = [t for t in times if t is not None]
+    return max(known) if known else None

@@ -1,0 +1,154 @@
+"""The job's status, computed purely from what the planner decided and what exists.
+
+The planner (lifecycle.py) decides the phase and which conditions change; this module turns
+that into the status document: replica counts of the current gang, the READY column,
+conditions whose lastTransitionTime moves only when their status flips, and the progress
+the trainer reported. The result is a plain camelCase dict, produced through the API model
+so its shape always matches the CRD schema.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from dtjob_operator.api.spec import DistributedTrainingJobSpec
+from dtjob_operator.api.status import DistributedTrainingJobStatus, JobPhase, Progress
+from dtjob_operator.constants import STATUS_FALSE, STATUS_TRUE
+from dtjob_operator.envcontract import job_roles
+from dtjob_operator.policies.pods import Pod, is_finished, is_ready, phase_of, role_of
+from dtjob_operator.policies.times import format_time
+
+PROGRESS_FIELDS = frozenset(Progress.model_fields)
+
+
+@dataclass(frozen=True)
+class ConditionUpdate:
+    """Set condition `type` to `status` with a reason and message."""
+
+    type: str
+    status: bool
+    reason: str
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class StatusDecision:
+    """What the planner decided; everything else in the status is derived."""
+
+    phase: JobPhase
+    conditions: Sequence[ConditionUpdate] = ()
+    restarts: int = 0
+    start_time: datetime | None = None
+    completion_time: datetime | None = None
+    last_restart_time: datetime | None = None
+    gang: Sequence[Pod] = field(default_factory=tuple)
+    """The live pods of the current generation (what replicaStatuses count)."""
+
+
+def count_replicas(
+    spec: DistributedTrainingJobSpec, gang: Iterable[Pod]
+) -> dict[str, dict[str, int]]:
+    """Per role of the spec: total (desired), active (not finished), ready, succeeded,
+    failed, counted over the current gang only (older generations are leftovers)."""
+    counts = {
+        name: {"total": role.replicas, "active": 0, "ready": 0, "succeeded": 0, "failed": 0}
+        for name, role in job_roles(spec)
+    }
+    for pod in gang:
+        role = role_of(pod)
+        if role not in counts:
+            continue
+        c = counts[role]
+        phase = phase_of(pod)
+        if not is_finished(pod):
+            c["active"] += 1
+        if is_ready(pod):
+            c["ready"] += 1
+        if phase == "Succeeded":
+            c["succeeded"] += 1
+        elif phase == "Failed":
+            c["failed"] += 1
+    return counts
+
+
+def ready_column(replicas: Mapping[str, Mapping[str, int]]) -> str:
+    """Ready pods over desired pods, e.g. "3/4" (kubectl's WORKERS column)."""
+    ready = sum(r["ready"] for r in replicas.values())
+    total = sum(r["total"] for r in replicas.values())
+    return f"{ready}/{total}"
+
+
+def apply_conditions(
+    current: Sequence[Mapping[str, Any]],
+    updates: Iterable[ConditionUpdate],
+    now: datetime,
+    observed_generation: int | None,
+) -> list[dict[str, Any]]:
+    """`current` with `updates` applied, order kept, new types appended. lastTransitionTime
+    changes only when a condition's status flips; reason and message follow the update."""
+    result = [dict(c) for c in current]
+    for update in updates:
+        status = STATUS_TRUE if update.status else STATUS_FALSE
+        existing = next((c for c in result if c.get("type") == update.type), None)
+        if existing is None:
+            existing = {"type": update.type}
+            result.append(existing)
+        if existing.get("status") != status or not existing.get("lastTransitionTime"):
+            existing["lastTransitionTime"] = format_time(now)
+        existing.update(status=status, reason=update.reason, message=update.message)
+        if observed_generation is not None:
+            existing["observedGeneration"] = observed_generation
+    return result
+
+
+def progress_of(reported: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The trainer's progress document in status form; unknown keys are dropped and a
+    malformed document is ignored (a trainer must not be able to break the status)."""
+    if not reported:
+        return None
+    known = {k: v for k, v in reported.items() if k in PROGRESS_FIELDS}
+    try:
+        progress = Progress.model_validate(known)
+    except ValidationError:
+        return None
+    return progress.to_api() or None
+
+
+def compute_status(
+    prior: Mapping[str, Any],
+    spec: DistributedTrainingJobSpec | None,
+    decision: StatusDecision,
+    *,
+    now: datetime,
+    observed_generation: int | None,
+    progress: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """The full status document. `spec` is None for a spec that does not parse (no replica
+    counts then); `progress` is the trainer's latest report, else the prior one is kept."""
+    replicas = count_replicas(spec, decision.gang) if spec is not None else {}
+    status = DistributedTrainingJobStatus.model_validate(
+        {
+            "phase": decision.phase,
+            "conditions": apply_conditions(
+                prior.get("conditions") or [], decision.conditions, now, observed_generation
+            ),
+            "replicaStatuses": replicas,
+            "ready": ready_column(replicas) if replicas else None,
+            "restarts": decision.restarts,
+            "startTime": _time(decision.start_time),
+            "completionTime": _time(decision.completion_time),
+            "lastRestartTime": _time(decision.last_restart_time),
+            "progress": progress_of(progress) or progress_of(prior.get("progress")),
+            "observedGeneration": observed_generation,
+        }
+    )
+    return status.to_api()
+
+
+def _time(value: datetime | None) -> str | None:
+    return format_time(value) if value is not None else None
