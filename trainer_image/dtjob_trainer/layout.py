@@ -105,8 +105,11 @@ def pod_env(
         "DTJ_RENDEZVOUS_TIMEOUT": str(cfg.network.rendezvous_timeout_seconds),
         "DTJ_GANG_GENERATION": str(gang_generation),
         "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
-        "NCCL_DEBUG": "WARN",
+        "NCCL_DEBUG": str(cfg.network.nccl_debug or "WARN"),
     }
+    if cfg.network.nccl_socket_ifname:
+        # Only when asked: the cluster's default interface (eth0) may not exist locally.
+        env["NCCL_SOCKET_IFNAME"] = str(cfg.network.nccl_socket_ifname)
     if progress_configmap:
         env["DTJ_PROGRESS_CONFIGMAP"] = progress_configmap
     if cfg.strategy.type == StrategyType.PARAMETER_SERVER:
@@ -118,6 +121,6 @@ def pod_env(
         dp = cfg.data_parallel_size()
         env["DTJ_PP_SIZE"] = str(cfg.pipeline_size())
         env["DTJ_DP_SIZE"] = str(dp)
-        if pod.role == "stage":
-            env["DTJ_STAGE_INDEX"] = str((pod.rank - role_offsets(cfg)["stage"]) // dp)
+        first = (pod.rank - role_offsets(cfg)["stage"]) // dp
+        env["DTJ_STAGE_INDEX"] = str(first) if pod.role == "stage" else "0"
     return env

@@ -1,0 +1,167 @@
+"""Running the real trainer in real processes from tests.
+
+`a_spec(...)` builds a job spec (fluent keyword overrides); `launch(...)` runs
+`python -m dtjob_trainer launch` and returns its exit code, output and the RunResult that
+rank 0 saved; `start_launch(...)` returns the running process for signal tests;
+`trainer_env(...)` is the contract environment of one process for tests that start `run`
+processes themselves.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+REPO = Path(__file__).resolve().parents[3]
+TRAINER_ROOT = REPO / "trainer_image"
+
+
+def a_spec(
+    strategy: str = "DataParallel",
+    workers: int | None = 2,
+    ps: int | None = None,
+    stages: int | None = None,
+    procs_per_pod: int | None = None,
+    checkpoint_every: int = 1000,
+    strategy_extra: dict[str, Any] | None = None,
+    **trainer: Any,
+) -> dict[str, Any]:
+    """A small job spec: fp64 MLP on digits, batch 32, 12 steps, unless overridden."""
+    roles: dict[str, Any] = {}
+    if workers:
+        roles["worker"] = {"replicas": workers}
+        if procs_per_pod:
+            roles["worker"]["procsPerPod"] = procs_per_pod
+    if stages:
+        roles["stage"] = {"replicas": stages}
+    if ps:
+        roles["ps"] = {"replicas": ps}
+    t: dict[str, Any] = {
+        "batchSize": 32,
+        "steps": 12,
+        "precision": "fp64",
+        "logEverySteps": 4,
+        "model": {"type": "MLP", "hiddenSizes": [32, 32, 32]},
+        "optimizer": {"type": "SGD", "lr": 0.1},
+    }
+    t.update(trainer)
+    return {
+        "strategy": {"type": strategy, **(strategy_extra or {})},
+        "roles": roles,
+        "trainer": t,
+        "checkpoint": {"everySteps": checkpoint_every, "keep": 2},
+        "network": {"rendezvousTimeoutSeconds": 60},
+    }
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """This environment with the trainer importable and one thread per process (2 cores)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DTJ_", "PET_"))}
+    env["PYTHONPATH"] = os.pathsep.join([str(TRAINER_ROOT), env.get("PYTHONPATH", "")])
+    env["OMP_NUM_THREADS"] = "1"
+    env.update(extra)
+    return env
+
+
+@dataclass
+class Outcome:
+    """What a finished launch left behind."""
+
+    rc: int
+    output: str
+    result: dict[str, Any] | None
+    checkpoint_dir: Path
+
+
+def _launch_argv(spec_file: Path, ckpt: Path, result: Path, args: list[str]) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "dtjob_trainer",
+        "launch",
+        "--checkpoint-dir",
+        str(ckpt),
+        "--result-file",
+        str(result),
+        *args,
+        str(spec_file),
+    ]
+
+
+def start_launch(
+    spec: dict[str, Any], workdir: Path, *args: str, name: str = "job"
+) -> tuple[subprocess.Popen[str], Path, Path]:
+    """Start a launch; returns (process, checkpoint dir, result file)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    spec_file = workdir / f"{name}.json"
+    spec_file.write_text(json.dumps(spec))
+    ckpt, result = workdir / f"{name}-ckpt", workdir / f"{name}-result.pt"
+    result.unlink(missing_ok=True)
+    proc = subprocess.Popen(
+        _launch_argv(spec_file, ckpt, result, list(args)),
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    return proc, ckpt, result
+
+
+def finish(proc: subprocess.Popen[str], ckpt: Path, result: Path, timeout: float = 240) -> Outcome:
+    """Wait for a started launch and collect its outcome."""
+    output, _ = proc.communicate(timeout=timeout)
+    loaded = torch.load(result, weights_only=False) if result.exists() else None
+    return Outcome(proc.returncode, output, loaded, ckpt)
+
+
+def launch(
+    spec: dict[str, Any], workdir: Path, *args: str, name: str = "job", timeout: float = 240
+) -> Outcome:
+    """Run a launch to the end."""
+    return finish(*start_launch(spec, workdir, *args, name=name), timeout=timeout)
+
+
+def wait_for(predicate: Any, timeout: float, what: str) -> None:
+    """Poll until predicate() is true; fail the test after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.05)
+
+
+def free_port() -> int:
+    """A local TCP port nobody listens on."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def trainer_env(
+    config: Path, ckpt: Path, rank: int, world: int, port: int, timeout: int = 60
+) -> dict[str, str]:
+    """The contract of one single-process pod of a local job (as the operator sets it)."""
+    return child_env(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        WORLD_SIZE=str(world),
+        RANK=str(rank),
+        LOCAL_WORLD_SIZE="1",
+        NNODES=str(world),
+        NODE_RANK=str(rank),
+        DTJ_ROLE="worker",
+        DTJ_ROLE_INDEX=str(rank),
+        DTJ_CONFIG=str(config),
+        DTJ_CHECKPOINT_DIR=str(ckpt),
+        DTJ_RENDEZVOUS_TIMEOUT=str(timeout),
+        DTJ_BACKEND="gloo",
+    )
