@@ -105,9 +105,20 @@ class JobBuilder:
         self._obj.setdefault("status", {}).update(fields)
         return self
 
+    def with_full_status(self, status: dict[str, Any]) -> JobBuilder:
+        """Replace the whole status, e.g. with the one a plan computed."""
+        self._obj["status"] = copy.deepcopy(status)
+        return self
+
     def with_generation(self, generation: int) -> JobBuilder:
         self._obj["metadata"]["generation"] = generation
         return self
+
+    def copy(self) -> JobBuilder:
+        """An independent builder with the same content (tables share base jobs)."""
+        twin = JobBuilder(self.name, self.namespace)
+        twin._obj = copy.deepcopy(self._obj)
+        return twin
 
     def obj(self) -> dict[str, Any]:
         """The job object, as a fresh copy."""
