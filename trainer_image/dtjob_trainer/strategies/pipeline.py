@@ -1,0 +1,315 @@
+"""Pipeline: the model's blocks cut into stages over the stage ranks, each global batch cut
+into micro-batches that flow through them (torch.distributed.pipelining).
+
+Schedules: GPipe (all forwards, then all backwards), 1F1B (one forward, one backward in the
+steady state: at most `stages` micro-batches of activations alive per rank) and
+Interleaved1F1B (`stagesPerRank` model chunks per rank, assigned round-robin: rank r holds
+stages r, r + pp, r + 2 pp, ...). The loss is the mean over each micro-batch and the schedule
+divides the gradients by the number of micro-batches (`scale_grads=True`), so one step
+equals a full-batch step of the whole model.
+
+`PipelinePlan` and `build_pipeline` are shared with ModelParallel (GPipe with one
+micro-batch) and Hybrid (one pipeline per data-parallel replica); `run_pipeline` wires a
+pipeline into the training loop. Rank 0 holds stage 0; the loss lives on the rank holding
+the last stage, and the loop's all-reduce brings it to rank 0.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_optimizer_state_dict,
+    set_optimizer_state_dict,
+)
+from torch.distributed.pipelining import (
+    PipelineStage,
+    Schedule1F1B,
+    ScheduleGPipe,
+    ScheduleInterleaved1F1B,
+)
+from torch.distributed.pipelining.schedules import _PipelineSchedule
+from torch.distributed.pipelining.stage import _PipelineStageBase
+
+from dtjob_trainer.config import PipelineSchedule
+from dtjob_trainer.context import RunContext, RunResult
+from dtjob_trainer.data import batch
+from dtjob_trainer.dist import broadcast_object
+from dtjob_trainer.errors import ConfigError
+from dtjob_trainer.loop import Trainable, run_loop
+from dtjob_trainer.models import loss_fn, split_into_stages
+from dtjob_trainer.optim import build_optimizer
+
+NAME = "Pipeline"
+FIELD = "strategy.pipeline"
+
+
+@dataclass(frozen=True)
+class PipelinePlan:
+    """Where this rank sits in one pipeline."""
+
+    schedule: PipelineSchedule
+    microbatches: int
+    pp_size: int
+    pp_rank: int
+    stages_per_rank: int = 1
+    """Model chunks per rank (Interleaved1F1B only; 1 otherwise)."""
+
+    @property
+    def num_stages(self) -> int:
+        """Stages the model is cut into."""
+        return self.pp_size * self.stages_per_rank
+
+    def stage_indices(self) -> list[int]:
+        """Stages held by this rank, round-robin (the order Interleaved1F1B expects)."""
+        return [self.pp_rank + k * self.pp_size for k in range(self.stages_per_rank)]
+
+    @property
+    def has_first(self) -> bool:
+        """This rank holds stage 0 and feeds the inputs."""
+        return self.pp_rank == 0
+
+    @property
+    def has_last(self) -> bool:
+        """This rank holds the last stage, computes the loss and gets the outputs."""
+        return self.pp_rank == self.pp_size - 1
+
+
+def make_plan(
+    schedule: PipelineSchedule, microbatches: int, stages_per_rank: int, pp_size: int, pp_rank: int
+) -> PipelinePlan:
+    """A checked plan: ConfigError (exit 2, naming the field) where torch would refuse it."""
+    chunks = stages_per_rank if schedule == PipelineSchedule.INTERLEAVED_1F1B else 1
+    plan = PipelinePlan(schedule, microbatches, pp_size, pp_rank, chunks)
+    if schedule == PipelineSchedule.ONE_F_ONE_B and microbatches < plan.num_stages:
+        raise ConfigError(
+            f"{FIELD}.microbatches: schedule 1F1B needs at least as many micro-batches as "
+            f"pipeline stages ({plan.num_stages}), got {microbatches}; raise "
+            f"{FIELD}.microbatches or use schedule GPipe"
+        )
+    if schedule == PipelineSchedule.INTERLEAVED_1F1B:
+        rounds = max(1, microbatches // pp_size)
+        if microbatches % rounds != 0:
+            raise ConfigError(
+                f"{FIELD}.microbatches: schedule Interleaved1F1B needs a multiple of "
+                f"{rounds} micro-batches (rounds of {pp_size} pipeline ranks), got "
+                f"{microbatches}; a multiple of the pipeline ranks always works"
+            )
+    return plan
+
+
+def local_module(stages: list[nn.Sequential]) -> nn.Sequential:
+    """This rank's stages as one module whose parameter names are the full model's (for
+    the optimizer and checkpoints; never called, the schedule runs the stages)."""
+    children: OrderedDict[str, nn.Module] = OrderedDict()
+    for stage in stages:
+        children.update(stage.named_children())
+    return nn.Sequential(children)
+
+
+def build_pipeline(
+    model: nn.Sequential,
+    plan: PipelinePlan,
+    device: torch.device,
+    group: dist.ProcessGroup | None = None,
+) -> tuple[_PipelineSchedule, list[nn.Sequential]]:
+    """The schedule and this rank's stage modules (moved to `device`) for `plan`."""
+    all_stages = split_into_stages(model, plan.num_stages)
+    mine = [all_stages[i].to(device) for i in plan.stage_indices()]
+    stages: list[_PipelineStageBase] = [
+        PipelineStage(module, index, plan.num_stages, device, group=group)
+        for module, index in zip(mine, plan.stage_indices(), strict=True)
+    ]
+    schedule: _PipelineSchedule
+    if plan.schedule == PipelineSchedule.INTERLEAVED_1F1B:
+        schedule = ScheduleInterleaved1F1B(stages, plan.microbatches, loss_fn=loss_fn)
+    elif plan.schedule == PipelineSchedule.ONE_F_ONE_B:
+        schedule = Schedule1F1B(stages[0], plan.microbatches, loss_fn=loss_fn)
+    else:
+        schedule = ScheduleGPipe(stages[0], plan.microbatches, loss_fn=loss_fn)
+    return schedule, mine
+
+
+def pipeline_step(
+    schedule: _PipelineSchedule,
+    plan: PipelinePlan,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    train: bool = True,
+) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+    """One pass of the batch (x, y) through the pipeline: forward and backward when
+    `train`, forward only otherwise. Returns the per-micro-batch losses and the outputs,
+    both on the last-stage rank only (empty list and None elsewhere). Every rank of the
+    pipeline passes its batch; only the first stage reads x and only the last reads y."""
+    losses: list[torch.Tensor] = []
+    args = (x,) if plan.has_first else ()
+    target = y if plan.has_last else None
+    run = schedule.step if train else schedule.eval
+    out = run(*args, target=target, losses=losses)
+    return losses, out if plan.has_last else None
+
+
+@torch.no_grad()
+def pipeline_accuracy(
+    schedule: _PipelineSchedule,
+    plan: PipelinePlan,
+    x: torch.Tensor,
+    y: torch.Tensor,
+) -> float | None:
+    """Held-out accuracy through the pipeline (forward only), on the last-stage rank.
+
+    The schedule needs equal micro-batches, so the set is padded with its first samples up
+    to a multiple of the micro-batch count and the padding is not scored."""
+    n = x.shape[0]
+    pad = -n % plan.microbatches
+    if pad:
+        x = torch.cat([x, x[:pad].expand(pad, *x.shape[1:])])
+        y = torch.cat([y, y[:pad].expand(pad, *y.shape[1:])])
+    _, out = pipeline_step(schedule, plan, x, y, train=False)
+    if out is None:
+        return None
+    pred = out[:n].argmax(dim=-1)
+    return float((pred == y[:n]).float().mean().item())
+
+
+def run_pipeline(
+    ctx: RunContext,
+    plan: PipelinePlan,
+    name: str,
+    pp_group: dist.ProcessGroup | None = None,
+    dp_group: dist.ProcessGroup | None = None,
+    dp_rank: int = 0,
+    dp_size: int = 1,
+) -> RunResult:
+    """Train with the pipeline of `plan` through the shared loop. With `dp_size` > 1 there
+    is one pipeline per data-parallel replica (rank order pp_index * dp + dp_index): each
+    takes shard `dp_rank` of the global batch and the gradients are averaged over
+    `dp_group` before the optimizer step."""
+    cfg = ctx.cfg.trainer
+    device = ctx.device
+    schedule, stages = build_pipeline(ctx.build_model(), plan, device, pp_group)
+    local = local_module(stages)
+    params = list(local.parameters())
+    optimizer = build_optimizer(params, cfg.optimizer)
+    # Ranks of the pipeline of replica 0: they hold the state that is saved and evaluated.
+    last_rank_of_replica0 = (plan.pp_size - 1) * dp_size
+
+    def step(s: int) -> torch.Tensor:
+        optimizer.zero_grad(set_to_none=True)
+        x, y = batch(ctx.data, s, cfg.batch_size, cfg.seed, dp_rank, dp_size)
+        with ctx.autocast():
+            losses, _ = pipeline_step(schedule, plan, x.to(device), y.to(device))
+        if dp_size > 1:
+            average_gradients(params, dp_group, dp_size)
+        optimizer.step()
+        if not losses:
+            return torch.zeros((), dtype=torch.float64)
+        # This replica's mean loss over its micro-batches, as its share of the global mean.
+        return torch.stack([loss.detach() for loss in losses]).mean().double().cpu() / dp_size
+
+    def state_dict() -> dict[str, Any] | None:
+        mine = None
+        if dp_rank == 0:
+            mine = {
+                "model": {k: v.detach().cpu().clone() for k, v in local.state_dict().items()},
+                "optimizer": get_optimizer_state_dict(
+                    local, optimizer, options=StateDictOptions(cpu_offload=True)
+                ),
+            }
+        parts: list[Any] | None = [None] * ctx.world_size if ctx.rank == 0 else None
+        dist.gather_object(mine, parts, dst=0)
+        if parts is None:
+            return None
+        return merge_stage_states([p for p in parts if p is not None])
+
+    def load_state_dict(state: dict[str, Any] | None) -> None:
+        state = broadcast_object(state)
+        assert state is not None
+        names = set(local.state_dict())
+        local.load_state_dict({k: v for k, v in state["model"].items() if k in names})
+        set_optimizer_state_dict(
+            local, optimizer, optim_state_dict=select_optimizer_state(state["optimizer"], names)
+        )
+
+    def evaluate() -> float | None:
+        acc = None
+        if dp_rank == 0:
+            data = ctx.data
+            acc = pipeline_accuracy(schedule, plan, data.x_test.to(device), data.y_test.to(device))
+        box = torch.tensor([acc if acc is not None else 0.0], dtype=torch.float64, device=device)
+        dist.broadcast(box, src=last_rank_of_replica0)
+        return float(box.item()) if ctx.rank == 0 else None
+
+    return run_loop(
+        ctx,
+        Trainable(
+            name=name,
+            step=step,
+            state_dict=state_dict,
+            load_state_dict=load_state_dict,
+            evaluate=evaluate,
+            samples_per_step=cfg.batch_size,
+        ),
+    )
+
+
+def average_gradients(
+    params: list[nn.Parameter], group: dist.ProcessGroup | None, size: int
+) -> None:
+    """Average the gradients of `params` over `group` in one flat all-reduce."""
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat, group=group)
+    flat.div_(size)
+    offset = 0
+    for p in params:
+        p.grad = flat[offset : offset + p.numel()].view_as(p).clone()
+        offset += p.numel()
+
+
+def merge_stage_states(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """One checkpoint from the stage ranks' states: model parameters by full-model name,
+    and the optimizer state in torch.distributed.checkpoint's name-keyed form (so it loads
+    into a single-process model as well as into another pipeline layout)."""
+    model: dict[str, torch.Tensor] = {}
+    optim_state: dict[str, Any] = {}
+    group: dict[str, Any] | None = None
+    for part in parts:
+        model.update(part["model"])
+        optim_state.update(part["optimizer"]["state"])
+        for g in part["optimizer"]["param_groups"]:
+            if group is None:
+                group = {**g, "params": []}
+            group["params"] += list(g["params"])
+    ordered = dict(sorted(model.items(), key=lambda kv: _name_key(kv[0])))
+    groups = [] if group is None else [group]
+    return {"model": ordered, "optimizer": {"state": optim_state, "param_groups": groups}}
+
+
+def select_optimizer_state(state: dict[str, Any], names: set[str]) -> dict[str, Any]:
+    """The part of a name-keyed optimizer state that belongs to the parameters `names`."""
+    groups = [
+        {**g, "params": [p for p in g["params"] if p in names]} for g in state["param_groups"]
+    ]
+    return {
+        "state": {k: v for k, v in state["state"].items() if k in names},
+        "param_groups": groups,
+    }
+
+
+def _name_key(name: str) -> tuple[tuple[int, int, str], ...]:
+    # "10.weight" after "2.weight": blocks in model order.
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in name.split("."))
+
+
+def run(ctx: RunContext) -> RunResult:
+    """Train with a pipeline over every stage rank of the job."""
+    p = ctx.cfg.strategy.pipeline
+    plan = make_plan(p.schedule, p.microbatches, p.stages_per_rank, ctx.world_size, ctx.rank)
+    return run_pipeline(ctx, plan, ctx.strategy_name or NAME)
