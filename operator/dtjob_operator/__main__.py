@@ -19,6 +19,10 @@ def main() -> None:
     logging.basicConfig(
         level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    # kopf logs every handler call at INFO; ours only enqueue, so that is noise.
+    logging.getLogger("kopf").setLevel(
+        max(logging.WARNING, logging.getLevelName(settings.log_level))
+    )
     reconciler = Reconciler(KubeApi(load_client_config()), settings, OperatorMetrics())
     registry = kopf.OperatorRegistry()
     handlers.register(registry, reconciler, settings)
@@ -28,7 +32,9 @@ def main() -> None:
         namespaces=settings.namespaces,
         liveness_endpoint=settings.liveness_endpoint or None,
         standalone=settings.standalone,
-        peering_name=settings.peering_name,
+        # A peering name makes peering mandatory in kopf, which would pause a standalone
+        # operator forever waiting for the peering CRD.
+        peering_name=None if settings.standalone else settings.peering_name,
     )
 
 

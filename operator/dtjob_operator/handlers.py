@@ -34,6 +34,12 @@ def register(
 
     operator_settings = settings
 
+    # A registry of our own has none of kopf's default login handlers: reuse the client's
+    # configuration (in-cluster service account, else KUBECONFIG).
+    @kopf.on.login(registry=registry)
+    def on_login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        return kopf.login_via_client(**kwargs)
+
     @kopf.on.cleanup(registry=registry)
     def on_cleanup(**_: Any) -> None:
         reconciler.stop()

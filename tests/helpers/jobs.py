@@ -24,6 +24,8 @@ class JobBuilder:
             "spec": {
                 "strategy": {"type": "DataParallel"},
                 "roles": {},
+                # Divisible by every data-parallel size the tests use (1-4, 6, 8, 12, 16).
+                "trainer": {"batchSize": 48},
                 # Fast restarts keep lifecycle tests short.
                 "runPolicy": {"backoffSeconds": 1, "maxBackoffSeconds": 2},
             },

@@ -78,16 +78,26 @@ class OperatorProcess:
 def apply_crd(api: client.ApiClient) -> None:
     """Install (or update) our CRD and wait until the API server serves it."""
     ext = client.ApiextensionsV1Api(api)
-    body = yaml.safe_load(CRD.read_text())
-    name = body["metadata"]["name"]
-    try:
-        current = ext.read_custom_resource_definition(name)
-        body["metadata"]["resourceVersion"] = current.metadata.resource_version
-        ext.replace_custom_resource_definition(name, body)
-    except client.ApiException as exc:
-        if exc.status != 404:
-            raise
-        ext.create_custom_resource_definition(body)
+    name = yaml.safe_load(CRD.read_text())["metadata"]["name"]
+    # Other test sessions may install the same CRD concurrently: retry on a lost race.
+    for _ in range(5):
+        body = yaml.safe_load(CRD.read_text())
+        try:
+            current = ext.read_custom_resource_definition(name)
+            body["metadata"]["resourceVersion"] = current.metadata.resource_version
+            ext.replace_custom_resource_definition(name, body)
+            break
+        except client.ApiException as exc:
+            if exc.status == 409:
+                continue
+            if exc.status != 404:
+                raise
+        try:
+            ext.create_custom_resource_definition(body)
+            break
+        except client.ApiException as exc:
+            if exc.status != 409:
+                raise
 
     def established() -> bool:
         crd = ext.read_custom_resource_definition(name)

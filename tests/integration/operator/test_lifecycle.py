@@ -100,8 +100,15 @@ def test_backoff_limit_exhausted_fails_the_job(cluster, namespace) -> None:
     name = unique("limit")
     create_job(cluster.api, namespace, ddp_job(name, workers=1, backoffLimit=1))
     for generation in range(2):
-        pods = wait_pods_running(core, namespace, name, 1)
-        assert pods[0].metadata.labels["dtjob.io/generation"] == str(generation)
+        pods = wait_for(
+            lambda g=str(generation): [
+                p
+                for p in wait_pods_running(core, namespace, name, 1)
+                if p.metadata.labels["dtjob.io/generation"] == g
+            ],
+            timeout=60,
+            what=f"generation {generation} running",
+        )
         exit_pod(core, namespace, pods[0].metadata.name, 137)
     st = wait_phase(cluster.api, namespace, name, "Failed")
     failed = next(c for c in st["conditions"] if c["type"] == "Failed")
