@@ -1,0 +1,284 @@
+"""The CRD on a real kube-apiserver: malformed jobs are refused with a message naming the
+field, every example is accepted, the server fills in the models' defaults, only suspend
+and the run policy's deadline and TTL may change, and `kubectl get dtj` shows the columns.
+
+Each refusal is also checked against validate_job, the operator's backstop: both must
+blame the same field.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from dtjob_operator.api import GROUP, KIND, PLURAL, VERSION
+from dtjob_operator.api.spec import DistributedTrainingJobSpec
+from dtjob_operator.api.validation import validate_job
+from helpers.crd import install_crd
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+DP = {"strategy": {"type": "DataParallel"}, "roles": {"worker": {"replicas": 2}}}
+
+
+@pytest.fixture(scope="module")
+def jobs(cluster: Any) -> client.CustomObjectsApi:
+    install_crd(cluster.api)
+    return client.CustomObjectsApi(cluster.api)
+
+
+def manifest(spec: dict[str, Any], name: str = "job") -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": KIND,
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def with_(base: dict[str, Any], **paths: Any) -> dict[str, Any]:
+    """A copy of `base` with each dotted path (`__` for `.`) set; None deletes it."""
+    out = copy.deepcopy(base)
+    for dotted, value in paths.items():
+        node = out
+        *parents, leaf = dotted.split("__")
+        for p in parents:
+            node = node.setdefault(p, {})
+        if value is None:
+            node.pop(leaf, None)
+        else:
+            node[leaf] = value
+    return out
+
+
+def create(
+    jobs: client.CustomObjectsApi, ns: str, body: dict[str, Any], dry_run: bool = True
+) -> dict[str, Any]:
+    # Strict field validation, as kubectl uses: an unknown field is an error, not pruned.
+    return jobs.create_namespaced_custom_object(  # type: ignore[no-any-return]
+        GROUP,
+        VERSION,
+        ns,
+        PLURAL,
+        body,
+        dry_run="All" if dry_run else None,
+        field_validation="Strict",
+    )
+
+
+def refusal(call: Any) -> str:
+    """The API server's message for a call that must be refused as invalid."""
+    with pytest.raises(client.ApiException) as err:
+        call()
+    assert err.value.status in (400, 422), err.value.body
+    return str(json.loads(err.value.body)["message"])
+
+
+# (id, metadata.name, spec, field the server names, words of its message)
+BAD: list[tuple[str, str, dict[str, Any], str, str]] = [
+    ("unknown-strategy", "job", with_(DP, strategy__type="Magic"), "spec.strategy.type",
+     'Unsupported value: "Magic"'),
+    ("missing-strategy", "job", with_(DP, strategy=None), "spec.strategy", "Required value"),
+    ("missing-worker", "job", with_(DP, roles={}), "spec.roles.worker",
+     "required for strategy DataParallel"),
+    ("ps-with-data-parallel", "job", with_(DP, roles__ps={}), "spec.roles.ps",
+     "only allowed with strategy ParameterServer, not DataParallel"),
+    ("stage-with-fsdp", "job", with_(DP, strategy__type="FSDP", roles__stage={}),
+     "spec.roles.stage", "not allowed with strategy FSDP"),
+    ("missing-stage", "job", with_(DP, strategy__type="Pipeline", roles={}), "spec.roles.stage",
+     "required for strategy Pipeline"),
+    ("worker-with-hybrid", "job",
+     with_(DP, strategy__type="Hybrid", roles__stage={"replicas": 4}), "spec.roles.worker",
+     "not allowed with strategy Hybrid"),
+    ("async-without-ps", "job",
+     with_(DP, strategy={"type": "ParameterServer", "parameterServer": {"mode": "Async"}}),
+     "spec.roles.ps", "required for strategy ParameterServer in mode Async"),
+    ("hogwild-pods-without-ps", "job",
+     with_(DP, strategy={"type": "ParameterServer", "parameterServer": {"mode": "Hogwild"}}),
+     "spec.roles.ps", "mode Hogwild"),
+    ("ps-settings-with-data-parallel", "job",
+     with_(DP, strategy__parameterServer={"mode": "Sync"}), "spec.strategy.parameterServer",
+     "only allowed with strategy ParameterServer"),
+    ("pipeline-settings-with-data-parallel", "job",
+     with_(DP, strategy__pipeline={"microbatches": 4}), "spec.strategy.pipeline",
+     "only allowed with strategy Pipeline or Hybrid, not DataParallel"),
+    ("hybrid-settings-with-pipeline", "job",
+     {"strategy": {"type": "Pipeline", "hybrid": {}}, "roles": {"stage": {"replicas": 2}}},
+     "spec.strategy.hybrid", "only allowed with strategy Hybrid"),
+    ("1f1b-too-few-microbatches", "job",
+     {"strategy": {"type": "Pipeline", "pipeline": {"schedule": "1F1B", "microbatches": 2}},
+      "roles": {"stage": {"replicas": 4}}},
+     "spec.strategy.pipeline.microbatches",
+     "schedule 1F1B needs at least as many micro-batches as pipeline stages"),
+    ("interleaved-too-few-microbatches", "job",
+     {"strategy": {"type": "Pipeline",
+                   "pipeline": {"schedule": "Interleaved1F1B", "microbatches": 4}},
+      "roles": {"stage": {"replicas": 4, "procsPerPod": 2}}},
+     "spec.strategy.pipeline.microbatches", "schedule Interleaved1F1B needs at least as many"),
+    ("hybrid-1f1b-below-pipeline-degree", "job",
+     {"strategy": {"type": "Hybrid", "hybrid": {"dataParallel": 2},
+                   "pipeline": {"schedule": "1F1B", "microbatches": 2}},
+      "roles": {"stage": {"replicas": 8}}},
+     "spec.strategy.pipeline.microbatches", "(stage processes / strategy.hybrid.dataParallel)"),
+    ("model-parallel-one-stage", "job",
+     {"strategy": {"type": "ModelParallel"}, "roles": {"stage": {"replicas": 1}}},
+     "spec.roles.stage", "at least 2 stage processes"),
+    ("hybrid-not-divisible", "job",
+     {"strategy": {"type": "Hybrid", "hybrid": {"dataParallel": 2}},
+      "roles": {"stage": {"replicas": 3}}},
+     "spec.strategy.hybrid.dataParallel", "must divide the stage processes"),
+    ("hybrid-pipeline-degree-one", "job",
+     {"strategy": {"type": "Hybrid", "hybrid": {"dataParallel": 2}},
+      "roles": {"stage": {"replicas": 2}}},
+     "spec.roles.stage", "pipeline degree"),
+    ("batch-not-divisible-by-workers", "job",
+     with_(DP, roles__worker={"replicas": 3}, trainer={"batchSize": 64}),
+     "spec.trainer.batchSize", "divisible by the data-parallel worker processes"),
+    ("batch-not-divisible-by-microbatches", "job",
+     {"strategy": {"type": "Pipeline", "pipeline": {"microbatches": 4}},
+      "roles": {"stage": {"replicas": 2}}, "trainer": {"batchSize": 66}},
+     "spec.trainer.batchSize", "divisible by strategy.pipeline.microbatches"),
+    ("zero-replicas", "job", with_(DP, roles__worker__replicas=0),
+     "spec.roles.worker.replicas", "should be greater than or equal to 1"),
+    ("negative-replicas", "job", with_(DP, roles__worker__replicas=-2),
+     "spec.roles.worker.replicas", "should be greater than or equal to 1"),
+    ("fractional-gpus", "job", with_(DP, roles__worker__gpus=0.5),
+     "spec.roles.worker.gpus", "must be of type integer"),
+    ("bad-quantity", "job", with_(DP, roles__worker__memory="16GB"),
+     "spec.roles.worker.memory", "should match"),
+    ("unknown-field", "job", with_(DP, roles__worker__gpu=1),
+     "spec.roles.worker.gpu", "unknown field"),
+    ("name-too-long", "a" * 46, DP, "metadata.name", "at most 45 characters"),
+    ("name-starts-with-digit", "1job", DP, "metadata.name", "DNS-1035 label"),
+    ("max-backoff-below-backoff", "job",
+     with_(DP, runPolicy={"backoffSeconds": 60, "maxBackoffSeconds": 30}),
+     "spec.runPolicy.maxBackoffSeconds", "at least runPolicy.backoffSeconds"),
+    ("port-out-of-range", "job", with_(DP, network={"masterPort": 80}),
+     "spec.network.masterPort", "should be greater than or equal to 1024"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "spec", "field", "words"), [b[1:] for b in BAD],
+                         ids=[b[0] for b in BAD])  # fmt: skip
+def test_malformed_job_is_refused_naming_the_field(
+    jobs: client.CustomObjectsApi, namespace: str, name: str, spec: dict[str, Any], field: str,
+    words: str,
+) -> None:  # fmt: skip
+    message = refusal(lambda: create(jobs, namespace, manifest(spec, name)))
+    assert field in message, message
+    assert words in message, message
+    # The operator's backstop blames the same field.
+    assert field in {e.field for e in validate_job(spec, name=name)}
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted(EXAMPLES.glob("*.yaml")) + sorted(EXAMPLES.glob("cpu/*.yaml")),
+    ids=lambda p: str(p.relative_to(EXAMPLES)),
+)
+def test_example_is_accepted_and_defaulted_like_the_models(
+    jobs: client.CustomObjectsApi, namespace: str, path: Path
+) -> None:
+    doc = yaml.safe_load(path.read_text())
+    stored = create(jobs, namespace, doc)
+    # The server's defaults (from the CRD) are exactly the models' defaults.
+    assert stored["spec"] == DistributedTrainingJobSpec.model_validate(doc["spec"]).to_api()
+
+
+@pytest.fixture
+def existing(jobs: client.CustomObjectsApi, namespace: str) -> Iterator[dict[str, Any]]:
+    spec = with_(DP, priorityClassName=None, runPolicy={"backoffLimit": 3})
+    yield create(jobs, namespace, manifest(spec, "running-job"), dry_run=False)
+
+
+def patch(jobs: client.CustomObjectsApi, job: dict[str, Any], spec: dict[str, Any]) -> Any:
+    meta = job["metadata"]
+    return jobs.patch_namespaced_custom_object(
+        GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], {"spec": spec}
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"roles": {"worker": {"replicas": 4}}}, "spec.roles"),
+        ({"strategy": {"type": "FSDP"}}, "spec.strategy"),
+        ({"trainer": {"batchSize": 32}}, "spec.trainer"),
+        ({"checkpoint": {"everySteps": 5}}, "spec.checkpoint"),
+        ({"network": {"masterPort": 29501}}, "spec.network"),
+        ({"priorityClassName": "high"}, "spec.priorityClassName"),
+        ({"runPolicy": {"backoffLimit": 9}}, "spec.runPolicy.backoffLimit"),
+        ({"runPolicy": {"cleanPodPolicy": "All"}}, "spec.runPolicy.cleanPodPolicy"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_changing_an_immutable_field_is_refused(
+    jobs: client.CustomObjectsApi, existing: dict[str, Any], change: dict[str, Any], field: str
+) -> None:
+    message = refusal(lambda: patch(jobs, existing, change))
+    assert f"{field}: Forbidden: is immutable after creation" in message, message
+
+
+def test_suspend_ttl_and_deadline_may_change(
+    jobs: client.CustomObjectsApi, existing: dict[str, Any]
+) -> None:
+    changed = patch(
+        jobs,
+        existing,
+        {
+            "suspend": True,
+            "runPolicy": {"ttlSecondsAfterFinished": 60, "activeDeadlineSeconds": 600},
+        },
+    )
+    assert changed["spec"]["suspend"] is True
+    assert changed["spec"]["runPolicy"]["ttlSecondsAfterFinished"] == 60
+    assert changed["spec"]["runPolicy"]["activeDeadlineSeconds"] == 600
+    resumed = patch(
+        jobs, existing, {"suspend": False, "runPolicy": {"activeDeadlineSeconds": None}}
+    )
+    assert resumed["spec"]["suspend"] is False
+    assert "activeDeadlineSeconds" not in resumed["spec"]["runPolicy"]
+
+
+def test_status_subresource_and_printer_columns(
+    jobs: client.CustomObjectsApi, existing: dict[str, Any]
+) -> None:
+    meta = existing["metadata"]
+    status = {"phase": "Running", "ready": "2/2", "progress": {"step": 40, "loss": 0.25}}
+    jobs.patch_namespaced_custom_object_status(
+        GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], {"status": status}
+    )
+    # A status written through the main resource is ignored: only /status changes it.
+    jobs.patch_namespaced_custom_object(
+        GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], {"status": {"phase": "Failed"}}
+    )
+    stored = jobs.get_namespaced_custom_object(
+        GROUP, VERSION, meta["namespace"], PLURAL, meta["name"]
+    )
+    assert stored["status"]["phase"] == "Running"
+    assert stored["status"]["restarts"] == 0  # defaulted by the server from the model
+    table = table_of(jobs, meta["namespace"], meta["name"])
+    columns = [c["name"] for c in table["columnDefinitions"]]
+    assert columns == ["Name", "Strategy", "Phase", "Ready", "Step", "Loss", "Age"]
+    (row,) = table["rows"]
+    assert row["cells"][:6] == ["running-job", "DataParallel", "Running", "2/2", 40, 0.25]
+
+
+def table_of(jobs: client.CustomObjectsApi, namespace: str, name: str) -> dict[str, Any]:
+    """What `kubectl get dtj <name>` asks for: the server-side Table."""
+    accept = "application/json;as=Table;v=v1;g=meta.k8s.io"
+    return jobs.get_namespaced_custom_object(  # type: ignore[no-any-return]
+        GROUP, VERSION, namespace, PLURAL, name, _headers={"Accept": accept}
+    )
+
+
+def test_short_name_and_category_are_served(jobs: client.CustomObjectsApi) -> None:
+    resources = jobs.get_api_resources(GROUP, VERSION).resources
+    (dtj,) = [r for r in resources if r.name == PLURAL]
+    assert dtj.short_names == ["dtj"] and dtj.categories == ["dtjob"]
