@@ -27,11 +27,10 @@ from kubernetes import client, config
 
 TOP = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TOP / "tests"))
-sys.path.insert(0, str(TOP / "tests" / "integration" / "operator"))
 
-from conftest import OperatorProcess, apply_crd  # noqa: E402
 from helpers.jobs import JobBuilder, create_job, status  # noqa: E402
 from helpers.kube import create_namespace, wait_for  # noqa: E402
+from helpers.operator import OperatorProcess, apply_crd  # noqa: E402
 
 
 def cluster_kubeconfig() -> Path:

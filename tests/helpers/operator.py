@@ -1,0 +1,102 @@
+"""The operator on the host (`python -m dtjob_operator`, as `make dev-up` runs it) and our
+CRD installed on a cluster: shared by the integration tests and the benchmarks."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+from kubernetes import client
+
+from helpers.kube import wait_for
+
+TOP = Path(__file__).resolve().parents[2]
+CRD = TOP / "crds" / "dtjob.io_distributedtrainingjobs.yaml"
+
+
+class OperatorProcess:
+    """A host operator process with its log in a file; stop/start at will."""
+
+    def __init__(self, kubeconfig: Path, log: Path, env: dict[str, str]) -> None:
+        self.kubeconfig = kubeconfig
+        self.log = log
+        self.env = env
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(self.kubeconfig),
+            "PYTHONPATH": f"{TOP / 'operator'}",
+            "DTJOB_METRICS_PORT": "0",
+            "DTJOB_LIVENESS_ENDPOINT": "",
+            "DTJOB_STANDALONE": "true",
+            **self.env,
+        }
+        out = self.log.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "dtjob_operator"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        time.sleep(1)
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"operator exited on start; see {self.log}")
+
+    def kill(self) -> None:
+        """SIGKILL: the harshest way an operator can stop (no clean-up of any kind)."""
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+
+
+def apply_crd(api: client.ApiClient) -> None:
+    """Install (or update) our CRD and wait until the API server serves it."""
+    ext = client.ApiextensionsV1Api(api)
+    name = yaml.safe_load(CRD.read_text())["metadata"]["name"]
+    # Other test sessions may install the same CRD concurrently: retry on a lost race.
+    for _ in range(5):
+        body = yaml.safe_load(CRD.read_text())
+        try:
+            current = ext.read_custom_resource_definition(name)
+            body["metadata"]["resourceVersion"] = current.metadata.resource_version
+            ext.replace_custom_resource_definition(name, body)
+            break
+        except client.ApiException as exc:
+            if exc.status == 409:
+                continue
+            if exc.status != 404:
+                raise
+        try:
+            ext.create_custom_resource_definition(body)
+            break
+        except client.ApiException as exc:
+            if exc.status != 409:
+                raise
+
+    def established() -> bool:
+        crd = ext.read_custom_resource_definition(name)
+        return any(
+            c.type == "Established" and c.status == "True" for c in crd.status.conditions or []
+        )
+
+    wait_for(established, timeout=30, what=f"CRD {name} Established")
