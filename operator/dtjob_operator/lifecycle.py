@@ -68,11 +68,7 @@ from dtjob_operator.envcontract import rank_layout
 from dtjob_operator.policies.backoff import restart_delay, restart_not_before
 from dtjob_operator.policies.clean_pod_policy import pods_to_clean
 from dtjob_operator.policies.deadline import deadline_exceeded, deadline_of
-from dtjob_operator.policies.failure_policy import (
-    FailureVerdict,
-    gang_failures,
-    judge,
-)
+from dtjob_operator.policies.failure_policy import FailureVerdict, gang_failures, judge
 from dtjob_operator.policies.finished import finished_actions, lenient_run_policy, unfinished
 from dtjob_operator.policies.pods import (
     Pod,
