@@ -197,7 +197,7 @@ def _name_rules() -> list[dict[str, Any]]:
             "reason": "FieldValueInvalid",
         },
         {
-            "rule": f"self.metadata.name.matches('{NAME_PATTERN}')",
+            "rule": f'self.metadata.name.matches("{NAME_PATTERN}")',
             "message": "metadata.name must be a DNS-1035 label: lowercase letters, digits and "
             "'-', starting with a letter and ending with a letter or digit (it names the job's "
             "Service)",

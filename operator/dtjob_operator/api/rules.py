@@ -10,6 +10,7 @@ operator word every refusal the same way.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -110,7 +111,7 @@ def _processes(role: RoleSpec | None) -> int:
 # --- CEL building blocks (self = spec). gpus and replicas always exist: the API server
 # fills in their schema defaults before it evaluates the rules.
 def _cel_list(values: tuple[str, ...]) -> str:
-    return "[" + ", ".join(f"'{v}'" for v in values) + "]"
+    return "[" + ", ".join(f'"{v}"' for v in values) + "]"
 
 
 def _cel_processes(role: str) -> str:
@@ -120,7 +121,7 @@ def _cel_processes(role: str) -> str:
 
 
 def _cel_setting(block: str, field: str, default: object) -> str:
-    value = f"'{default}'" if isinstance(default, str) else str(default)
+    value = f'"{default}"' if isinstance(default, str) else str(default)
     return f"(has(self.strategy.{block}) ? self.strategy.{block}.{field} : {value})"
 
 
@@ -134,12 +135,12 @@ STAGE_PROCESSES = _cel_processes("stage")
 PIPELINE_DEGREE = f"({STAGE_PROCESSES} / {DATA_PARALLEL})"
 
 # Placeholders a message may use -> (CEL string expression, words for the API server's
-# fallback). Only enum-valued ones: the server's cost estimate of `'...' + string(int)`
+# fallback). Only enum-valued ones: the server's cost estimate of `"..." + string(int)`
 # is unbounded and it refuses the CRD, so numbers go into a rule's Python-only `detail`.
 PLACEHOLDERS: dict[str, tuple[str, str]] = {
-    "strategy": (STRATEGY, "this strategy"),
-    "mode": (MODE, "this mode"),
-    "schedule": (SCHEDULE, "this schedule"),
+    "strategy": (STRATEGY, "<spec.strategy.type>"),
+    "mode": (MODE, "<spec.strategy.parameterServer.mode>"),
+    "schedule": (SCHEDULE, "<spec.strategy.pipeline.schedule>"),
 }
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
 
@@ -174,11 +175,7 @@ class Rule:
         if len(parts) == 1:
             return None
         # split() alternates literal text and placeholder names.
-        pieces = [
-            PLACEHOLDERS[p][0] if i % 2 else "'" + p.replace("'", "\\'") + "'"
-            for i, p in enumerate(parts)
-            if p
-        ]
+        pieces = [PLACEHOLDERS[p][0] if i % 2 else json.dumps(p) for i, p in enumerate(parts) if p]
         return " + ".join(pieces)
 
     def static_message(self) -> str:
@@ -197,15 +194,15 @@ def _is(strategies: tuple[StrategyType, ...]) -> str:
 _WORKERS = _is(WORKER_STRATEGIES)
 _STAGES = _is(STAGE_STRATEGIES)
 _PS_NEEDED = (
-    f"{STRATEGY} == 'ParameterServer' && ({MODE} in ['Async', 'EASGD'] || "
-    f"({MODE} == 'Hogwild' && has(self.roles.worker) && self.roles.worker.replicas > 1))"
+    f'{STRATEGY} == "ParameterServer" && ({MODE} in ["Async", "EASGD"] || '
+    f'({MODE} == "Hogwild" && has(self.roles.worker) && self.roles.worker.replicas > 1))'
 )
 _1F1B = _cel_list(tuple(str(s) for s in ONE_F_ONE_B))
 _DP_BATCH = (
-    f"({_is(DATA_PARALLEL_STRATEGIES)} || ({STRATEGY} == 'ParameterServer' && {MODE} == 'Sync'))"
+    f'({_is(DATA_PARALLEL_STRATEGIES)} || ({STRATEGY} == "ParameterServer" && {MODE} == "Sync"))'
     " && has(self.roles.worker)"
 )
-_HYBRID_GRID = f"{STRATEGY} == 'Hybrid' && has(self.roles.stage) && {DATA_PARALLEL} > 0"
+_HYBRID_GRID = f'{STRATEGY} == "Hybrid" && has(self.roles.stage) && {DATA_PARALLEL} > 0'
 _HYBRID_EVEN = f"{_HYBRID_GRID} && {STAGE_PROCESSES} % {DATA_PARALLEL} == 0"
 
 
@@ -267,7 +264,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "roles.ps",
-        f"{STRATEGY} == 'ParameterServer' || !has(self.roles.ps)",
+        f'{STRATEGY} == "ParameterServer" || !has(self.roles.ps)',
         lambda f: f.strategy == StrategyType.PARAMETER_SERVER or not f.has_ps,
         "only allowed with strategy ParameterServer, not {strategy}",
         "FieldValueForbidden",
@@ -282,35 +279,35 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "strategy.parameterServer",
-        f"!has(self.strategy.parameterServer) || {STRATEGY} == 'ParameterServer'",
+        f'!has(self.strategy.parameterServer) || {STRATEGY} == "ParameterServer"',
         lambda f: not f.has_ps_settings or f.strategy == StrategyType.PARAMETER_SERVER,
         "only allowed with strategy ParameterServer, not {strategy}",
         "FieldValueForbidden",
     ),
     Rule(
         "strategy.pipeline",
-        f"!has(self.strategy.pipeline) || {STRATEGY} in ['Pipeline', 'Hybrid']",
+        f'!has(self.strategy.pipeline) || {STRATEGY} in ["Pipeline", "Hybrid"]',
         lambda f: not f.has_pipeline_settings or f.strategy in ("Pipeline", "Hybrid"),
         "only allowed with strategy Pipeline or Hybrid, not {strategy}",
         "FieldValueForbidden",
     ),
     Rule(
         "strategy.hybrid",
-        f"!has(self.strategy.hybrid) || {STRATEGY} == 'Hybrid'",
+        f'!has(self.strategy.hybrid) || {STRATEGY} == "Hybrid"',
         lambda f: not f.has_hybrid_settings or f.strategy == StrategyType.HYBRID,
         "only allowed with strategy Hybrid, not {strategy}",
         "FieldValueForbidden",
     ),
     Rule(
         "roles.stage",
-        f"{STRATEGY} != 'ModelParallel' || !has(self.roles.stage) || {STAGE_PROCESSES} >= 2",
+        f'{STRATEGY} != "ModelParallel" || !has(self.roles.stage) || {STAGE_PROCESSES} >= 2',
         lambda f: f.strategy != StrategyType.MODEL_PARALLEL or f.stageProcesses >= 2,
         "strategy ModelParallel needs at least 2 stage processes (replicas x procsPerPod)",
         detail="got {stageProcesses}",
     ),
     Rule(
         "strategy.pipeline.microbatches",
-        f"!({STRATEGY} == 'Pipeline' && has(self.roles.stage) && {SCHEDULE} in {_1F1B}) || "
+        f'!({STRATEGY} == "Pipeline" && has(self.roles.stage) && {SCHEDULE} in {_1F1B}) || '
         f"{MICROBATCHES} >= {STAGE_PROCESSES}",
         lambda f: (
             not (f.strategy == "Pipeline" and f.has_stage and f.schedule in ONE_F_ONE_B)
@@ -359,8 +356,8 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "strategy.pipeline.microbatches",
-        f"!({STRATEGY} == 'Pipeline' && has(self.roles.stage) && "
-        f"{SCHEDULE} == 'Interleaved1F1B') || {_cel_rounds_ok(STAGE_PROCESSES)}",
+        f'!({STRATEGY} == "Pipeline" && has(self.roles.stage) && '
+        f'{SCHEDULE} == "Interleaved1F1B") || {_cel_rounds_ok(STAGE_PROCESSES)}',
         lambda f: (
             not (f.strategy == "Pipeline" and f.has_stage and f.schedule == "Interleaved1F1B")
             or _interleaved_rounds_ok(f.microbatches, f.stageProcesses)
@@ -371,7 +368,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "strategy.pipeline.microbatches",
-        f"!({_HYBRID_EVEN} && {SCHEDULE} == 'Interleaved1F1B') || "
+        f'!({_HYBRID_EVEN} && {SCHEDULE} == "Interleaved1F1B") || '
         f"{_cel_rounds_ok(PIPELINE_DEGREE)}",
         lambda f: (
             not (
@@ -388,7 +385,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "trainer.batchSize",
-        f"{STRATEGY} != 'Pipeline' || self.trainer.batchSize % {MICROBATCHES} == 0",
+        f'{STRATEGY} != "Pipeline" || self.trainer.batchSize % {MICROBATCHES} == 0',
         lambda f: f.strategy != "Pipeline" or f.batchSize % f.microbatches == 0,
         "must be divisible by strategy.pipeline.microbatches",
         detail="{batchSize} is not a multiple of {microbatches}",

@@ -228,6 +228,8 @@ def test_name_rules(root: dict[str, Any]) -> None:
 def test_message_expression_is_the_message_in_cel() -> None:
     rule = next(r for r in rules.RULES if r.field == "roles.ps" and "ParameterServer" in r.cel)
     expression = rule.message_expression()
-    assert expression is not None and expression.startswith("'only allowed")
+    assert expression is not None and expression.startswith('"only allowed')
     assert expression.endswith("+ self.strategy.type")
-    assert rule.static_message() == "only allowed with strategy ParameterServer, not this strategy"
+    assert rule.static_message() == (
+        "only allowed with strategy ParameterServer, not <spec.strategy.type>"
+    )
