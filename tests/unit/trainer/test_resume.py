@@ -1,0 +1,66 @@
+"""Acceptance: a run stopped by SIGTERM checkpoints and exits 143; restarted, it resumes
+from that checkpoint and ends exactly where an uninterrupted run ends (data order is a
+function of (seed, step), optimizer state is restored)."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import pytest
+from unit.trainer.harness import a_spec, finish, launch, start_launch, wait_for
+from unit.trainer.reference import assert_losses_close, assert_params_close, reference_run
+
+from dtjob_trainer.checkpoint import LATEST, Checkpointer
+from dtjob_trainer.errors import EXIT_PREEMPTED
+
+STEPS = 600
+
+
+@pytest.mark.parametrize("strategy", ["DataParallel", "FSDP"])
+def test_sigterm_then_resume_equals_uninterrupted(strategy: str, tmp_path: Path) -> None:
+    spec = a_spec(
+        strategy,
+        steps=STEPS,
+        checkpoint_every=20,
+        logEverySteps=5,
+        optimizer={"type": "Adam", "lr": 0.003},
+    )
+    proc, ckpt, result = start_launch(spec, tmp_path)
+    wait_for(lambda: (ckpt / LATEST).exists() or proc.poll() is not None, 180, "a checkpoint")
+    proc.send_signal(signal.SIGTERM)
+    stopped_run = finish(proc, ckpt, result)
+    assert stopped_run.rc == EXIT_PREEMPTED, stopped_run.output
+    assert "SIGTERM" in stopped_run.output
+    stopped_at = Checkpointer(ckpt).steps()[-1]
+    assert 0 < stopped_at < STEPS
+    assert (ckpt / LATEST).read_text() == Checkpointer.file_name(stopped_at)
+
+    resumed = launch(spec, tmp_path)
+    assert resumed.rc == 0, resumed.output
+    assert resumed.result is not None
+    assert resumed.result["start_step"] == stopped_at
+    assert resumed.result["steps"] == STEPS
+    ref = reference_run(spec)
+    assert_losses_close(resumed.result["losses"], ref.losses[stopped_at:], "fp64")
+    assert_params_close(resumed.result["params"], ref.params, "fp64")
+
+    # The local progress channel saw the end of the run.
+    progress = json.loads((ckpt / "progress.json").read_text())
+    assert progress["step"] == progress["totalSteps"] == STEPS
+    assert progress["lastCheckpointStep"] == STEPS
+    assert progress["accuracy"] == resumed.result["accuracy"]
+    assert progress["loss"] == pytest.approx(ref.losses[-1], abs=1e-10)
+
+
+def test_restart_after_completion_trains_nothing(tmp_path: Path) -> None:
+    spec = a_spec("DataParallel", steps=8, checkpoint_every=4)
+    first = launch(spec, tmp_path)
+    assert first.rc == 0, first.output
+    again = launch(spec, tmp_path)
+    assert again.rc == 0, again.output
+    assert again.result is not None and first.result is not None
+    assert again.result["start_step"] == 8 and again.result["losses"] == []
+    assert_params_close(again.result["params"], first.result["params"], "fp64")
+    assert Checkpointer(again.checkpoint_dir).steps() == [4, 8]
