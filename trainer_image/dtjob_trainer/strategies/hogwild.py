@@ -1,0 +1,302 @@
+"""ParameterServer, mode Hogwild (Niu, Recht, Re and Wright 2011): lock-free updates to
+shared parameters.
+
+Inside a pod, each worker rank puts its model in shared memory (`share_memory()`) and
+starts `parameterServer.hogwildProcesses` processes (torch.multiprocessing, spawn); each
+runs its own optimizer on the same parameter storage, with no lock, on its own shard of
+every global batch (process j of worker w takes shard w * K + j of the w * K pieces).
+`trainer.steps` counts updates per Hogwild process. These processes are not ranks of the
+job: the pod's rank supervises them.
+
+Across pods it is the asynchronous parameter server: the pod's rank pushes what its
+processes changed since the last exchange (a DELTA request: the PS ranks add it) about once
+per round of K updates, and adopts the servers' parameters plus whatever its processes have
+changed meanwhile, all without stopping them. With a single worker rank no ps role is
+needed; the rank then checkpoints the shared parameters itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from multiprocessing.synchronize import Event
+
+import torch
+import torch.multiprocessing as mp
+from torch import nn
+
+from dtjob_trainer.config import OptimizerConfig
+from dtjob_trainer.context import RunContext, RunResult
+from dtjob_trainer.data import global_batch_indices, shard
+from dtjob_trainer.errors import ConfigError, Preempted, TrainerError
+from dtjob_trainer.models import loss_fn
+from dtjob_trainer.optim import build_optimizer
+from dtjob_trainer.strategies._async import (
+    ProgressLog,
+    WorkerSession,
+    finish_result,
+    flat_params,
+    protocol_group,
+    ps_layout,
+    run_ps_rank,
+)
+from dtjob_trainer.strategies._ps import Kind, PSClient, ShardServer, ShardState
+
+NAME = "ParameterServer/Hogwild"
+# The supervising rank wakes up this often to sync, report and watch for SIGTERM.
+POLL_SECONDS = 0.01
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class HogwildTask:
+    """What one Hogwild process does (picklable: it crosses the spawn boundary)."""
+
+    index: int
+    """Slot of this process in the pod's shared counters."""
+    part: int
+    parts: int
+    """Shard `part` of `parts` of every global batch."""
+    start: int
+    steps: int
+    batch_size: int
+    seed: int
+    optimizer: OptimizerConfig
+
+
+def hogwild_process(
+    task: HogwildTask,
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    counters: torch.Tensor,
+    losses: torch.Tensor,
+    stop: Event,
+) -> None:
+    """Train the shared `model` in place, without locks, for steps start .. steps-1.
+
+    `counters[index]` counts this process's updates and `losses[index]` holds its latest
+    loss (both shared with the supervising rank)."""
+    torch.set_num_threads(1)  # K processes share the pod's cores
+    optimizer = build_optimizer(model.parameters(), task.optimizer)
+    n = x.shape[0]
+    for step in range(task.start, task.steps):
+        if stop.is_set():
+            break
+        idx = shard(
+            global_batch_indices(step, task.batch_size, n, task.seed), task.part, task.parts
+        )
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x[idx]), y[idx])
+        torch.autograd.backward(loss)
+        optimizer.step()
+        counters[task.index] += 1
+        losses[task.index] = loss.detach().to(losses.dtype)
+
+
+def _shared(t: torch.Tensor) -> torch.Tensor:
+    """`t` moved to shared memory (CUDA tensors are shared through CUDA IPC as they are)."""
+    t.share_memory_()  # type: ignore[no-untyped-call]
+    return t
+
+
+class HogwildPod:
+    """The pod's Hogwild processes and their shared state."""
+
+    def __init__(
+        self, ctx: RunContext, model: nn.Module, start: int, first_part: int, parts: int
+    ) -> None:
+        k = ctx.cfg.strategy.parameter_server.hogwild_processes
+        cfg = ctx.cfg.trainer
+        self.model = model.share_memory()
+        self.start = start
+        self.counters = _shared(torch.zeros(k, dtype=torch.int64))
+        self.losses = _shared(torch.full((k,), float("nan"), dtype=torch.float64))
+        spawn = mp.get_context("spawn")
+        self.stop_event = spawn.Event()
+        data = ctx.data
+        x = _shared(data.x_train.to(ctx.device))
+        y = _shared(data.y_train.to(ctx.device))
+        self.procs = [
+            spawn.Process(
+                target=hogwild_process,
+                args=(
+                    HogwildTask(
+                        j,
+                        first_part + j,
+                        parts,
+                        start,
+                        cfg.steps,
+                        cfg.batch_size,
+                        cfg.seed,
+                        cfg.optimizer,
+                    ),
+                    self.model,
+                    x,
+                    y,
+                    self.counters,
+                    self.losses,
+                    self.stop_event,
+                ),
+                daemon=True,
+            )
+            for j in range(k)
+        ]
+
+    def start_all(self) -> None:
+        """Start the processes."""
+        for p in self.procs:
+            p.start()
+
+    def running(self) -> bool:
+        """Some process is still training."""
+        return any(p.is_alive() for p in self.procs)
+
+    def updates(self) -> int:
+        """Updates made by all processes since the start."""
+        return int(self.counters.sum().item())
+
+    def step(self) -> int:
+        """The global step every process has passed (the slowest one's)."""
+        return self.start + int(self.counters.min().item())
+
+    def loss(self) -> float | None:
+        """Mean of the processes' latest losses (None before the first)."""
+        valid = self.losses[~torch.isnan(self.losses)]
+        return float(valid.mean().item()) if valid.numel() else None
+
+    def join(self) -> None:
+        """Wait for every process; TrainerError when one failed."""
+        for p in self.procs:
+            p.join()
+        failed = [p.exitcode for p in self.procs if p.exitcode != 0]
+        if failed:
+            raise TrainerError(f"a Hogwild process failed (exit codes {failed}); see its log")
+
+
+def push_delta(client: PSClient, model: nn.Module, base: torch.Tensor, step: int) -> torch.Tensor:
+    """Send what the pod changed since `base` (the servers' parameters at the last exchange)
+    and adopt the servers' new parameters plus what changed during the exchange; returns
+    the new base. The processes keep running: changes made meanwhile are kept, not lost."""
+    sent = flat_params(model)
+    reply = client.exchange(Kind.DELTA, step, sent - base)
+    catch_up = reply - sent
+    with torch.no_grad():
+        offset = 0
+        for p in model.parameters():
+            p.add_(catch_up[offset : offset + p.numel()].view_as(p).to(p.device))
+            offset += p.numel()
+    return reply
+
+
+def run(ctx: RunContext) -> RunResult:
+    """Serve a shard (PS ranks) or run this pod's Hogwild processes (workers)."""
+    lay = ps_layout(ctx)
+    k = ctx.cfg.strategy.parameter_server.hogwild_processes
+    cfg = ctx.cfg.trainer
+    parts = lay.n_workers * k
+    if cfg.batch_size % parts != 0:
+        raise ConfigError(
+            f"trainer.batchSize: {cfg.batch_size} must be divisible by the Hogwild processes "
+            f"of the job ({lay.n_workers} workers x strategy.parameterServer.hogwildProcesses "
+            f"{k} = {parts})"
+        )
+    if lay.n_ps == 0 and lay.n_workers > 1:
+        raise ConfigError(
+            f"roles.ps: Hogwild with {lay.n_workers} worker processes needs parameter servers "
+            f"to combine them (or use one worker process)"
+        )
+    name = ctx.strategy_name or NAME
+    group = protocol_group(ctx) if lay.n_ps else None
+    model = ctx.build_model()
+    if ctx.rank >= lay.n_workers:
+
+        def make_server(state: ShardState) -> ShardServer:
+            return ShardServer(state)
+
+        return run_ps_rank(ctx, name, flat_params(model), make_server, group)
+
+    model.to(ctx.device)
+    session: WorkerSession | None = None
+    local: LocalCheckpoints | None = None
+    if lay.n_ps:
+        session = WorkerSession(ctx, name, model, group, cfg.batch_size)
+        progress, start = session.progress, session.start()
+    else:
+        local = LocalCheckpoints(ctx, name, model)
+        progress, start = ProgressLog(ctx, cfg.batch_size), local.resume()
+    progress.restart(start)
+    pod = HogwildPod(ctx, model, start, ctx.rank * k, parts)
+    base = flat_params(model)
+    pushed = synced_at = 0
+    reported = start
+    pod.start_all()
+    while pod.running():
+        time.sleep(POLL_SECONDS)
+        if ctx.stop.is_set():
+            pod.stop_event.set()
+        if session and pod.updates() - synced_at >= k:
+            synced_at = pod.updates()
+            base = push_delta(session.client, model, base, pod.step())
+            pushed += 1
+        step = pod.step()
+        if step // cfg.log_every_steps > reported // cfg.log_every_steps:
+            progress.record(step, pod.loss(), force=True)
+            reported = step
+        if local:
+            local.save_if_due(step)
+    pod.join()
+    step = pod.step()
+    if session:
+        push_delta(session.client, model, base, step)
+        pushed += 1
+        result = session.finish(step, pushed)
+    else:
+        assert local is not None
+        local.save(step)
+        result = RunResult(strategy=name, steps=step, start_step=start)
+        finish_result(ctx, model, result, progress.losses)
+        result.message = f"Hogwild processes made {pod.updates()} updates"
+        if ctx.stop.is_set():
+            raise Preempted(f"stopped by SIGTERM after step {step}; checkpoint written")
+        progress.finish(name, step, result)
+    if ctx.rank == 0:
+        log.info("Hogwild processes of rank 0 made %d updates", pod.updates())
+    return result
+
+
+class LocalCheckpoints:
+    """Checkpoints of a Hogwild job with a single worker rank and no PS ranks: the rank
+    snapshots the shared parameters itself (the processes keep training meanwhile)."""
+
+    def __init__(self, ctx: RunContext, name: str, model: nn.Module) -> None:
+        self.ctx = ctx
+        self.name = name
+        self.model = model
+        self.last = 0
+
+    def resume(self) -> int:
+        """Load the latest checkpoint into the model; return its step (0 without one)."""
+        ckpt = self.ctx.checkpoints.load_latest()
+        if ckpt is None:
+            return 0
+        self.model.load_state_dict(ckpt.state["model"])
+        log.info("resuming Hogwild from the checkpoint of step %d", ckpt.step)
+        self.last = ckpt.step
+        return ckpt.step
+
+    def save_if_due(self, step: int) -> None:
+        """Save when `step` has crossed a checkpoint.everySteps boundary."""
+        every = self.ctx.cfg.checkpoint.every_steps
+        if step // every > self.last // every:
+            self.save(step)
+
+    def save(self, step: int) -> None:
+        """Save the parameters as the checkpoint of `step`."""
+        if step == self.last and self.ctx.checkpoints.steps():
+            return
+        params = {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
+        self.ctx.checkpoints.save(step, self.name, self.ctx.world_size, {"model": params})
+        self.last = step
