@@ -36,6 +36,7 @@ import cluster_pki
 HACK = Path(__file__).resolve().parent
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 BINARIES = (*COMPONENTS, "kubectl")
+FIXTURE_MARK = "started-by-pytest"  # see tests/integration/conftest.py
 
 
 class ClusterError(RuntimeError):
@@ -271,6 +272,9 @@ def nodes_ready(api: cluster_api.Api, names: list[str]) -> bool:
 
 def up(cfg: Config) -> None:
     t0 = time.monotonic()
+    if not os.environ.get("DTJOB_CLUSTER_BY_FIXTURE"):
+        # Started or adopted by hand: test sessions must not stop it when they finish.
+        (cfg.state / FIXTURE_MARK).unlink(missing_ok=True)
     bins = bin_dir()
     api = cluster_api.Api(cfg.server, cfg.pki) if (cfg.pki / "admin.crt").exists() else None
     alive = [n for n in COMPONENTS if running_pid(cfg, n)]

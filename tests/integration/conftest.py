@@ -1,9 +1,8 @@
 """The cluster for integration tests: the local control plane from hack/cluster.py (started
 on demand, the same code as `make cluster-up`), or the cluster DTJOB_KUBECONFIG names.
 
-A session that starts the cluster stops it at the end unless another pytest session is
-still using it or DTJOB_KEEP_CLUSTER=1; a cluster started with `make cluster-up` is left
-running.
+A cluster a pytest session started is stopped by the last session that finishes (unless
+DTJOB_KEEP_CLUSTER=1); one started with `make cluster-up` is left running.
 """
 
 from __future__ import annotations
@@ -55,22 +54,28 @@ def cluster() -> Iterator[Cluster]:
         yield Cluster(Path(external), api, kwok=_has_fake_gpu_nodes(api))
         return
     kubeconfig = Path(cluster_cmd("kubeconfig").stdout.strip())
-    users = kubeconfig.parent / "pytest-sessions"
+    state = kubeconfig.parent
+    users = state / "pytest-sessions"
     users.mkdir(parents=True, exist_ok=True)
     me = users / str(os.getpid())
     me.touch()
+    mark = state / "started-by-pytest"  # hack/cluster.py removes it on a manual cluster-up
     was_running = cluster_cmd("status").returncode == 0
-    up = cluster_cmd("up")
+    up = cluster_cmd("up", {**os.environ, "DTJOB_CLUSTER_BY_FIXTURE": "1"})
     if up.returncode != 0:
         me.unlink(missing_ok=True)
         pytest.fail(f"local cluster did not start: {up.stderr.strip()}", pytrace=False)
+    if not was_running:
+        mark.touch()
     try:
         yield Cluster(kubeconfig, config.new_client_from_config(str(kubeconfig)), kwok=True)
     finally:
         me.unlink(missing_ok=True)
+        # The last session out stops a cluster that a session started.
         keep = os.environ.get("DTJOB_KEEP_CLUSTER") == "1"
-        if not was_running and not keep and not _live_users(users):
+        if mark.exists() and not keep and not _live_users(users):
             cluster_cmd("down")
+            mark.unlink(missing_ok=True)
 
 
 @pytest.fixture
