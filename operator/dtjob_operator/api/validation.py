@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
+from dtjob_operator.api.facts import Facts
 from dtjob_operator.api.rules import (
     IMMUTABLE_MESSAGE,
     MAX_NAME_LENGTH,
@@ -25,7 +26,6 @@ from dtjob_operator.api.rules import (
     MUTABLE_SPEC_FIELDS,
     NAME_PATTERN,
     RULES,
-    Facts,
 )
 from dtjob_operator.api.spec import QUANTITY_PATTERN, DistributedTrainingJobSpec
 

@@ -12,6 +12,7 @@ import yaml
 from dtjob_operator.api import GROUP, KIND, VERSION, StrategyType
 from dtjob_operator.api.spec import DistributedTrainingJobSpec, PSMode, RoleSpec
 from dtjob_operator.api.validation import validate_job
+from dtjob_trainer.config import load_config
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 GPU = sorted(EXAMPLES.glob("*.yaml"))
@@ -54,6 +55,13 @@ def test_example_is_a_valid_job(path: Path) -> None:
     assert "namespace" not in doc["metadata"], "examples go to the current namespace"
     assert validate_job(doc["spec"], name=doc["metadata"]["name"]) == []
     assert path.read_text().startswith("# "), "examples open with a comment for newcomers"
+
+
+@pytest.mark.parametrize("path", GPU + CPU, ids=lambda p: str(p.relative_to(EXAMPLES)))
+def test_bundled_trainer_accepts_the_example(path: Path) -> None:
+    # The trainer checks its config again at start-up (exit 2 on a bad one): an example the
+    # API accepts but the trainer refuses would fail only once its pods run.
+    load_config(load(path)["spec"])
 
 
 def test_example_names_are_unique() -> None:

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from dtjob_operator.api.rules import IMMUTABLE_MESSAGE, RULES, Facts
+from dtjob_operator.api.facts import Facts
+from dtjob_operator.api.rules import IMMUTABLE_MESSAGE, RULES
 from dtjob_operator.api.spec import DistributedTrainingJobSpec
 from dtjob_operator.api.validation import (
     FieldError,
@@ -111,7 +112,7 @@ BAD = [
             {"schedule": "1F1B", "microbatches": 2},
         ),
         "spec.strategy.pipeline.microbatches",
-        "schedule 1F1B needs at least as many micro-batches as pipeline stages",
+        "schedule 1F1B needs at least as many micro-batches as pipeline ranks",
     ),
     (
         with_(
@@ -120,7 +121,7 @@ BAD = [
             {"schedule": "Interleaved1F1B", "microbatches": 2},
         ),
         "spec.strategy.pipeline.microbatches",
-        "(2 micro-batches, 4 stages)",
+        "(2 micro-batches, 4 pipeline ranks)",
     ),
     (
         with_(
@@ -138,7 +139,7 @@ BAD = [
             {"schedule": "1F1B", "microbatches": 2},
         ),
         "spec.strategy.pipeline.microbatches",
-        "pipeline degree 4",
+        "(2 micro-batches, 4 pipeline ranks)",
     ),
     (
         with_(
@@ -147,7 +148,7 @@ BAD = [
             {"schedule": "Interleaved1F1B", "microbatches": 9},
         ),
         "spec.strategy.pipeline.microbatches",
-        "(9 micro-batches, pipeline degree 4)",
+        "(9 micro-batches, 4 pipeline ranks)",
     ),
     (
         spec("ModelParallel", stage={"replicas": 1}),
@@ -182,7 +183,66 @@ BAD = [
     (
         with_(spec("ParameterServer", worker={"replicas": 3}), "trainer.batchSize", 64),
         "spec.trainer.batchSize",
-        "data-parallel worker processes",
+        "every global batch is split evenly over them",
+    ),
+    (
+        with_(
+            with_(spec("ParameterServer", worker={"replicas": 3}, ps={}), "trainer.batchSize", 64),
+            "strategy.parameterServer.mode",
+            "Async",
+        ),
+        "spec.trainer.batchSize",
+        "(64 is not a multiple of 3)",
+    ),
+    (
+        with_(
+            with_(spec("ParameterServer", worker={"replicas": 1}), "trainer.batchSize", 30),
+            "strategy.parameterServer",
+            {"mode": "Hogwild", "hogwildProcesses": 4},
+        ),
+        "spec.trainer.batchSize",
+        "(30 is not a multiple of 4)",
+    ),
+    (
+        with_(
+            spec("ParameterServer", worker={"procsPerPod": 2}),
+            "strategy.parameterServer.mode",
+            "Hogwild",
+        ),
+        "spec.roles.ps",
+        "Hogwild with more than one worker process",
+    ),
+    (
+        spec("Pipeline", stage={"replicas": 5}),
+        "spec.roles.stage",
+        "use fewer stage processes (5 stages, 4 blocks)",
+    ),
+    (
+        with_(
+            spec("Pipeline", stage={"replicas": 4}),
+            "strategy.pipeline",
+            {"schedule": "Interleaved1F1B", "microbatches": 4, "stagesPerRank": 2},
+        ),
+        "spec.roles.stage",
+        "(8 stages, 4 blocks)",
+    ),
+    (
+        with_(spec("DataParallel", worker={}), "trainer.model.type", "GPT"),
+        "spec.trainer.dataset.type",
+        "GPT trains on SyntheticTokens",
+    ),
+    (
+        with_(
+            with_(
+                spec("DataParallel", worker={}),
+                "trainer.model",
+                {"type": "GPT", "dModel": 100, "heads": 8},
+            ),
+            "trainer.dataset.type",
+            "SyntheticTokens",
+        ),
+        "spec.trainer.model.dModel",
+        "(100 is not a multiple of 8)",
     ),
     (
         with_(
@@ -211,6 +271,12 @@ def test_every_rule_is_exercised_by_a_bad_case() -> None:
     facts = [Facts.of(DistributedTrainingJobSpec.model_validate(bad)) for bad, _, _ in BAD]
     for rule in RULES:
         assert any(not rule.check(f) for f in facts), f"no case breaks {rule.field}: {rule.message}"
+
+
+def test_custom_commands_skip_the_bundled_trainers_rules() -> None:
+    custom = with_(spec("Pipeline", stage={"replicas": 8}), "trainer.command", ["run.sh"])
+    custom = with_(custom, "trainer.model.type", "GPT")
+    assert validate_job(custom) == []
 
 
 def test_hogwild_with_one_worker_pod_needs_no_ps() -> None:

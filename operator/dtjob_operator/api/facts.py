@@ -1,0 +1,173 @@
+"""What the cross-field rules (rules.py) talk about, in both of their languages: `Facts`
+derives each quantity from a parsed spec in Python, and the CEL constants below compute the
+same quantity over the spec (`self`) inside the API server. Absent settings count with
+their model defaults in both, so the two can never disagree about, say, the micro-batches
+of a Pipeline job that sets no `strategy.pipeline`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dtjob_operator.api.spec import (
+    DistributedTrainingJobSpec,
+    HybridSpec,
+    ModelSpec,
+    ModelType,
+    ParameterServerSpec,
+    PipelineSchedule,
+    PipelineSpec,
+    RoleSpec,
+    StrategyType,
+)
+
+# Strategies whose processes are workers, and those whose processes are pipeline stages.
+WORKER_STRATEGIES = (
+    StrategyType.DATA_PARALLEL,
+    StrategyType.PARAMETER_SERVER,
+    StrategyType.FSDP,
+    StrategyType.CPU_OFFLOAD,
+    StrategyType.AUTO,
+)
+STAGE_STRATEGIES = (StrategyType.MODEL_PARALLEL, StrategyType.PIPELINE, StrategyType.HYBRID)
+ONE_F_ONE_B = (PipelineSchedule.ONE_F_ONE_B, PipelineSchedule.INTERLEAVED_1F1B)
+# Blocks of the bundled trainer's models, the units pipeline stages split (an MLP has one
+# per hidden layer plus the output layer; a GPT its transformer blocks plus the embedding and
+# the head; the CNN is fixed).
+CNN_BLOCKS = 4
+GPT_EXTRA_BLOCKS = 2
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the rules talk about, derived from a parsed spec with defaults applied."""
+
+    strategy: str
+    mode: str
+    schedule: str
+    microbatches: int
+    stagesPerRank: int
+    dataParallel: int
+    hogwildProcesses: int
+    batchSize: int
+    has_worker: bool
+    has_ps: bool
+    has_stage: bool
+    workerProcesses: int
+    stageProcesses: int
+    has_ps_settings: bool
+    has_pipeline_settings: bool
+    has_hybrid_settings: bool
+    bundled_trainer: bool
+    modelType: str
+    datasetType: str
+    modelBlocks: int
+    dModel: int
+    heads: int
+    backoffSeconds: int
+    maxBackoffSeconds: int
+
+    @property
+    def pipelineDegree(self) -> int:
+        """Pipeline ranks: the stage processes, divided by dataParallel for Hybrid."""
+        if self.strategy == StrategyType.HYBRID:
+            return self.stageProcesses // self.dataParallel
+        return self.stageProcesses
+
+    @property
+    def pipelineStages(self) -> int:
+        """Model pieces the pipeline needs: ranks x chunks per rank (Interleaved1F1B)."""
+        chunks = self.stagesPerRank if self.schedule == PipelineSchedule.INTERLEAVED_1F1B else 1
+        return self.pipelineDegree * chunks
+
+    @property
+    def hogwildParts(self) -> int:
+        """Hogwild processes of the job, over which every global batch is split."""
+        return self.workerProcesses * self.hogwildProcesses
+
+    @classmethod
+    def of(cls, spec: DistributedTrainingJobSpec) -> Facts:
+        """Facts of a spec; absent settings count with their model defaults, as in CEL."""
+        strategy, roles, trainer = spec.strategy, spec.roles, spec.trainer
+        ps = strategy.parameterServer or ParameterServerSpec()
+        pipeline = strategy.pipeline or PipelineSpec()
+        return cls(
+            strategy=str(strategy.type),
+            mode=str(ps.mode),
+            schedule=str(pipeline.schedule),
+            microbatches=pipeline.microbatches,
+            stagesPerRank=pipeline.stagesPerRank,
+            dataParallel=(strategy.hybrid or HybridSpec()).dataParallel,
+            hogwildProcesses=ps.hogwildProcesses,
+            batchSize=trainer.batchSize,
+            has_worker=roles.worker is not None,
+            has_ps=roles.ps is not None,
+            has_stage=roles.stage is not None,
+            workerProcesses=_processes(roles.worker),
+            stageProcesses=_processes(roles.stage),
+            has_ps_settings=strategy.parameterServer is not None,
+            has_pipeline_settings=strategy.pipeline is not None,
+            has_hybrid_settings=strategy.hybrid is not None,
+            bundled_trainer=trainer.command is None,
+            modelType=str(trainer.model.type),
+            datasetType=str(trainer.dataset.type),
+            modelBlocks=_blocks(trainer.model),
+            dModel=trainer.model.dModel,
+            heads=trainer.model.heads,
+            backoffSeconds=spec.runPolicy.backoffSeconds,
+            maxBackoffSeconds=spec.runPolicy.maxBackoffSeconds,
+        )
+
+
+def _processes(role: RoleSpec | None) -> int:
+    return role.processes() * role.replicas if role else 0
+
+
+def _blocks(model: ModelSpec) -> int:
+    if model.type == ModelType.MLP:
+        return len(model.hiddenSizes) + 1
+    if model.type == ModelType.CNN:
+        return CNN_BLOCKS
+    return model.layers + GPT_EXTRA_BLOCKS
+
+
+# --- The same facts in CEL (self = spec). gpus and replicas always exist: the API server
+# fills in their schema defaults before it evaluates the rules.
+def cel_list(values: tuple[str, ...]) -> str:
+    """A CEL list of string literals."""
+    return "[" + ", ".join(f'"{v}"' for v in values) + "]"
+
+
+def _cel_processes(role: str) -> str:
+    r = f"self.roles.{role}"
+    per_pod = f"(has({r}.procsPerPod) ? {r}.procsPerPod : ({r}.gpus > 0 ? {r}.gpus : 1))"
+    return f"({per_pod} * {r}.replicas)"
+
+
+def _cel_setting(block: str, field: str, default: object) -> str:
+    value = f'"{default}"' if isinstance(default, str) else str(default)
+    return f"(has(self.strategy.{block}) ? self.strategy.{block}.{field} : {value})"
+
+
+STRATEGY = "self.strategy.type"
+MODE = _cel_setting("parameterServer", "mode", str(ParameterServerSpec().mode))
+HOGWILD_PROCESSES = _cel_setting(
+    "parameterServer", "hogwildProcesses", ParameterServerSpec().hogwildProcesses
+)
+SCHEDULE = _cel_setting("pipeline", "schedule", str(PipelineSpec().schedule))
+MICROBATCHES = _cel_setting("pipeline", "microbatches", PipelineSpec().microbatches)
+STAGES_PER_RANK = _cel_setting("pipeline", "stagesPerRank", PipelineSpec().stagesPerRank)
+DATA_PARALLEL = _cel_setting("hybrid", "dataParallel", HybridSpec().dataParallel)
+WORKER_PROCESSES = _cel_processes("worker")
+STAGE_PROCESSES = _cel_processes("stage")
+PIPELINE_DEGREE = (
+    f'({STRATEGY} == "Hybrid" ? {STAGE_PROCESSES} / {DATA_PARALLEL} : {STAGE_PROCESSES})'
+)
+_CHUNKS = f'({SCHEDULE} == "Interleaved1F1B" ? {STAGES_PER_RANK} : 1)'
+PIPELINE_STAGES = f"({PIPELINE_DEGREE} * {_CHUNKS})"
+_MODEL = "self.trainer.model"
+MODEL_BLOCKS = (
+    f'({_MODEL}.type == "MLP" ? {_MODEL}.hiddenSizes.size() + 1 : '
+    f'({_MODEL}.type == "CNN" ? {CNN_BLOCKS} : {_MODEL}.layers + {GPT_EXTRA_BLOCKS}))'
+)
+BUNDLED_TRAINER = "!has(self.trainer.command)"
