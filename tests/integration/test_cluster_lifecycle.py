@@ -34,6 +34,30 @@ def processes_using(state: Path) -> dict[int, str]:
     return found
 
 
+def listen_addresses(pids: list[int]) -> set[str]:
+    """'ip:port' of every TCP listening socket the processes hold (from /proc/net/tcp*)."""
+    inodes = set()
+    for pid in pids:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            target = os.readlink(fd) if fd.is_symlink() else ""
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    found = set()
+    for table, width in (("tcp", 8), ("tcp6", 32)):
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            local, state, inode = fields[1], fields[3], fields[9]
+            if state == "0A" and inode in inodes:  # 0A = LISTEN
+                addr, port = local.split(":")
+                ip = (
+                    ".".join(str(b) for b in reversed(bytes.fromhex(addr)))
+                    if width == 8
+                    else addr  # any IPv6 listener is itself a failure below
+                )
+                found.add(f"{ip}:{int(port, 16)}")
+    return found
+
+
 def listening(port: int) -> bool:
     with socket.socket() as s:
         return s.connect_ex(("127.0.0.1", port)) == 0
@@ -67,6 +91,7 @@ def test_up_twice_is_one_cluster_and_down_leaves_nothing(second):
     assert sorted(Path(c).name for c in pids.values()) == sorted(
         ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"]
     )
+    assert listen_addresses(list(pids)) == {f"127.0.0.1:{p}" for p in PORTS}
 
     again = cluster_cmd("up", second)
     assert again.returncode == 0, again.stderr
