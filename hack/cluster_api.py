@@ -35,7 +35,7 @@ class Api:
 
     def ready(self) -> bool:
         try:
-            return self.request("GET", "/readyz", timeout=2) == "ok"
+            return bool(self.request("GET", "/readyz", timeout=2) == "ok")
         except (OSError, urllib.error.URLError, ValueError):
             return False
 
