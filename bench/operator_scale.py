@@ -28,9 +28,10 @@ from kubernetes import client, config
 TOP = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TOP / "tests"))
 
+from helpers.crd import install_crd
 from helpers.jobs import JobBuilder, create_job, status  # noqa: E402
 from helpers.kube import create_namespace, wait_for  # noqa: E402
-from helpers.operator import OperatorProcess, apply_crd  # noqa: E402
+from helpers.operator import OperatorProcess  # noqa: E402
 
 
 def cluster_kubeconfig() -> Path:
@@ -141,7 +142,7 @@ def main() -> None:
     kubeconfig = cluster_kubeconfig()
     api = config.new_client_from_config(str(kubeconfig))
     core = client.CoreV1Api(api)
-    apply_crd(api)
+    install_crd(api)
     log = Path(tempfile.mkdtemp()) / "operator.log"
     op = OperatorProcess(kubeconfig, log, {"DTJOB_LOG_LEVEL": "WARNING"})
     op.start()

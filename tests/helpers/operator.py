@@ -1,5 +1,5 @@
-"""The operator on the host (`python -m dtjob_operator`, as `make dev-up` runs it) and our
-CRD installed on a cluster: shared by the integration tests and the benchmarks."""
+"""The operator on the host (`python -m dtjob_operator`, as `make dev-up` runs it), shared by
+the integration tests and the benchmarks."""
 
 from __future__ import annotations
 
@@ -10,13 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-import yaml
-from kubernetes import client
-
-from helpers.kube import wait_for
-
 TOP = Path(__file__).resolve().parents[2]
-CRD = TOP / "crds" / "dtjob.io_distributedtrainingjobs.yaml"
 
 
 class OperatorProcess:
@@ -67,36 +61,3 @@ class OperatorProcess:
     def restart(self) -> None:
         self.kill()
         self.start()
-
-
-def apply_crd(api: client.ApiClient) -> None:
-    """Install (or update) our CRD and wait until the API server serves it."""
-    ext = client.ApiextensionsV1Api(api)
-    name = yaml.safe_load(CRD.read_text())["metadata"]["name"]
-    # Other test sessions may install the same CRD concurrently: retry on a lost race.
-    for _ in range(5):
-        body = yaml.safe_load(CRD.read_text())
-        try:
-            current = ext.read_custom_resource_definition(name)
-            body["metadata"]["resourceVersion"] = current.metadata.resource_version
-            ext.replace_custom_resource_definition(name, body)
-            break
-        except client.ApiException as exc:
-            if exc.status == 409:
-                continue
-            if exc.status != 404:
-                raise
-        try:
-            ext.create_custom_resource_definition(body)
-            break
-        except client.ApiException as exc:
-            if exc.status != 409:
-                raise
-
-    def established() -> bool:
-        crd = ext.read_custom_resource_definition(name)
-        return any(
-            c.type == "Established" and c.status == "True" for c in crd.status.conditions or []
-        )
-
-    wait_for(established, timeout=30, what=f"CRD {name} Established")

@@ -11,12 +11,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from helpers.operator import OperatorProcess, apply_crd
+from helpers.crd import install_crd
+from helpers.operator import OperatorProcess
 
 
 @pytest.fixture(scope="session")
 def crd(cluster) -> None:  # type: ignore[no-untyped-def]
-    apply_crd(cluster.api)
+    install_crd(cluster.api)
 
 
 @pytest.fixture(scope="module")
