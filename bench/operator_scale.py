@@ -28,7 +28,7 @@ from kubernetes import client, config
 TOP = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TOP / "tests"))
 
-from helpers.crd import install_crd
+from helpers.crd import install_crd  # noqa: E402
 from helpers.jobs import JobBuilder, create_job, status  # noqa: E402
 from helpers.kube import create_namespace, wait_for  # noqa: E402
 from helpers.operator import OperatorProcess  # noqa: E402
