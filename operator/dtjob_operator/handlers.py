@@ -7,12 +7,13 @@ the work queue gives one-reconcile-per-job-at-a-time and collapses bursts of pod
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
 
 from dtjob_operator.api import GROUP, PLURAL, VERSION
-from dtjob_operator.k8s import JOB_LABEL
+from dtjob_operator.constants import LABEL_JOB_NAME
 from dtjob_operator.reconcile import Reconciler
 from dtjob_operator.settings import OperatorSettings
 
@@ -45,14 +46,17 @@ def register(
         reconciler.stop()
 
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
-    def on_job_event(namespace: str, name: str, **_: Any) -> None:
-        reconciler.queue.add((namespace, name))
+    def on_job_event(namespace: str | None, name: str, **_: Any) -> None:
+        if namespace:
+            reconciler.queue.add((namespace, name))
 
-    @kopf.on.event("", "v1", "pods", labels={JOB_LABEL: kopf.PRESENT}, registry=registry)
-    def on_pod_event(namespace: str, labels: dict[str, str], **_: Any) -> None:
-        reconciler.queue.add((namespace, labels[JOB_LABEL]))
+    @kopf.on.event("", "v1", "pods", labels={LABEL_JOB_NAME: kopf.PRESENT}, registry=registry)
+    def on_pod_event(namespace: str | None, labels: Mapping[str, str], **_: Any) -> None:
+        if namespace:
+            reconciler.queue.add((namespace, labels[LABEL_JOB_NAME]))
 
     # The trainer writes progress into a per-job ConfigMap; its change is a reason to look.
-    @kopf.on.event("", "v1", "configmaps", labels={JOB_LABEL: kopf.PRESENT}, registry=registry)
-    def on_config_map_event(namespace: str, labels: dict[str, str], **_: Any) -> None:
-        reconciler.queue.add((namespace, labels[JOB_LABEL]))
+    @kopf.on.event("", "v1", "configmaps", labels={LABEL_JOB_NAME: kopf.PRESENT}, registry=registry)
+    def on_config_map_event(namespace: str | None, labels: Mapping[str, str], **_: Any) -> None:
+        if namespace:
+            reconciler.queue.add((namespace, labels[LABEL_JOB_NAME]))

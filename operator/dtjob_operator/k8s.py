@@ -8,26 +8,32 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from kubernetes import client, config
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from dtjob_operator.api import GROUP, KIND, PLURAL, VERSION
+from dtjob_operator.constants import LABEL_JOB_NAME
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 
-JOB_LABEL = "dtjob.io/job-name"
+
+def _items(resp: object) -> list[Obj]:
+    """Items of a list call made with _preload_content=False (raw JSON, camelCase)."""
+    items: list[Obj] = json.loads(cast(Any, resp).data)["items"]
+    return items
 
 
 def load_client_config() -> client.ApiClient:
     """In-cluster credentials when running in a pod, else the kubeconfig (KUBECONFIG)."""
     try:
-        config.load_incluster_config()
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
     except config.ConfigException:
-        config.load_kube_config()
+        config.load_kube_config()  # type: ignore[no-untyped-call]
     cfg = client.Configuration.get_default_copy()
     # Worker threads share one connection pool; size it for them plus watch-free calls.
     cfg.connection_pool_maxsize = 32
@@ -47,8 +53,9 @@ class KubeApi:
     def get_job(self, namespace: str, name: str) -> Obj | None:
         """The job as stored, or None when it is gone."""
         try:
-            job: Obj = self.custom.get_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, name
+            job = cast(
+                Obj,
+                self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name),
             )
         except ApiException as exc:
             if exc.status == 404:
@@ -59,18 +66,16 @@ class KubeApi:
     def list_pods(self, namespace: str, job_name: str) -> list[Obj]:
         """Pods labelled as belonging to the job, as raw JSON."""
         resp = self.core.list_namespaced_pod(
-            namespace, label_selector=f"{JOB_LABEL}={job_name}", _preload_content=False
+            namespace, label_selector=f"{LABEL_JOB_NAME}={job_name}", _preload_content=False
         )
-        items: list[Obj] = json.loads(resp.data)["items"]
-        return items
+        return _items(resp)
 
     def list_config_maps(self, namespace: str, job_name: str) -> list[Obj]:
         """ConfigMaps labelled as belonging to the job, as raw JSON."""
         resp = self.core.list_namespaced_config_map(
-            namespace, label_selector=f"{JOB_LABEL}={job_name}", _preload_content=False
+            namespace, label_selector=f"{LABEL_JOB_NAME}={job_name}", _preload_content=False
         )
-        items: list[Obj] = json.loads(resp.data)["items"]
-        return items
+        return _items(resp)
 
     # -- writes -------------------------------------------------------------------------
 
@@ -78,7 +83,7 @@ class KubeApi:
         """Create a child; False when it already exists (creation is idempotent)."""
         ns = obj["metadata"]["namespace"]
         kind = obj["kind"]
-        creators = {
+        creators: dict[str, Callable[..., object]] = {
             "Pod": self.core.create_namespaced_pod,
             "Service": self.core.create_namespaced_service,
             "ConfigMap": self.core.create_namespaced_config_map,
@@ -144,6 +149,6 @@ class KubeApi:
             "count": 1,
         }
         try:
-            self.core.create_namespaced_event(meta["namespace"], body)
+            self.core.create_namespaced_event(meta["namespace"], cast(Any, body))
         except ApiException as exc:
             log.warning("could not record event %s on %s: %s", reason, meta["name"], exc.reason)

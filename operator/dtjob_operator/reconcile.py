@@ -17,7 +17,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from dtjob_operator import lifecycle
 from dtjob_operator.k8s import KubeApi, Obj
