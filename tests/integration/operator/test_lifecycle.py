@@ -3,6 +3,8 @@ the kubelet, so pod phases and exit codes are chosen by the test."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from kubernetes import client
 
@@ -18,7 +20,7 @@ from helpers.jobs import (
     wait_phase,
     wait_pods_running,
 )
-from helpers.kube import unique, wait_for
+from helpers.kube import events_for, unique, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator")]
 
@@ -93,6 +95,30 @@ def test_permanent_exit_fails_job_at_once_naming_pod_and_code(cluster, namespace
     failed = next(c for c in st["conditions"] if c["type"] == "Failed")
     assert f"{name}-worker-0" in failed["message"] and "1" in failed["message"]
     assert st.get("restarts", 0) == 0
+    # Every transition is an Event on the job, with the reason.
+    wait_for(
+        lambda: events_for(cluster.core, namespace, name, failed["reason"]),
+        what=f"a {failed['reason']} event on the job",
+    )
+    assert events_for(cluster.core, namespace, name, "Created")
+
+
+def test_trainer_progress_appears_in_status(cluster, namespace) -> None:
+    name = unique("prog")
+    create_job(cluster.api, namespace, ddp_job(name))
+    wait_pods_running(cluster.core, namespace, name, 2)
+    # What the rank-0 trainer writes through its least-privilege channel (docs/env-contract.md).
+    progress = {"step": 40, "totalSteps": 100, "loss": 0.25, "samplesPerSecond": 512.0}
+    cluster.core.patch_namespaced_config_map(
+        f"{name}-progress", namespace, {"data": {"progress.json": json.dumps(progress)}}
+    )
+    st = wait_for(
+        lambda: (
+            (s := status(cluster.api, namespace, name)).get("progress", {}).get("step") == 40 and s
+        ),
+        what="progress copied into status",
+    )
+    assert st["progress"]["loss"] == 0.25 and st["progress"]["totalSteps"] == 100
 
 
 def test_backoff_limit_exhausted_fails_the_job(cluster, namespace) -> None:
