@@ -48,7 +48,9 @@ def cluster_kubeconfig() -> Path:
 
 
 def cpu_job(name: str, workers: int, suspend: bool = False) -> dict[str, Any]:
-    return JobBuilder(name).role("worker", workers, cpu="10m").spec(suspend=suspend).build()
+    job = JobBuilder(name).role("worker", workers, cpu="10m").spec(suspend=suspend).build()
+    job["spec"]["trainer"]["batchSize"] = 8 * workers
+    return job
 
 
 def pod_count(core: client.CoreV1Api, ns: str, name: str) -> int:

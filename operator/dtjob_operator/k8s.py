@@ -35,8 +35,8 @@ def load_client_config() -> client.ApiClient:
     except config.ConfigException:
         config.load_kube_config()  # type: ignore[no-untyped-call]
     cfg = client.Configuration.get_default_copy()
-    # Worker threads share one connection pool; size it for them plus watch-free calls.
-    cfg.connection_pool_maxsize = 32
+    # Reconcile workers and the per-pod call pool share one connection pool.
+    cfg.connection_pool_maxsize = 64
     return client.ApiClient(cfg)
 
 

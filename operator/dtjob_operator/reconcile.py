@@ -14,6 +14,7 @@ import json
 import logging
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
@@ -78,6 +79,8 @@ class Reconciler:
         self._ensured: dict[str, set[tuple[str, str]]] = {}
         self._failures: dict[JobKey, int] = {}
         self._threads: list[threading.Thread] = []
+        # Shared by all reconcile workers for the per-pod API calls of one gang.
+        self._pool = ThreadPoolExecutor(max_workers=settings.api_concurrency)
 
     # -- worker threads ---------------------------------------------------------------
 
@@ -94,6 +97,7 @@ class Reconciler:
         for t in self._threads:
             t.join(timeout=30)
         self._threads.clear()
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
     def _work(self) -> None:
         while True:
@@ -127,7 +131,9 @@ class Reconciler:
         else:
             self._failures.pop(key, None)
         finally:
-            self.metrics.reconcile_seconds.observe(time.monotonic() - started)
+            elapsed = time.monotonic() - started
+            self.metrics.reconcile_seconds.observe(elapsed)
+            log.debug("reconciled %s/%s in %.3fs", *key, elapsed)
         if requeue_after is not None:
             self.queue.add_after(key, requeue_after)
 
@@ -160,15 +166,18 @@ class Reconciler:
         )
         plan = lifecycle.plan(observed, self.settings)
 
+        # The other children first and in order (pods mount the ConfigMap, run as the
+        # ServiceAccount); then the gang's pods concurrently, since a large gang created one
+        # POST at a time takes seconds to start.
+        pods_to_create = [obj for obj in plan.create if obj["kind"] == "Pod"]
         for obj in plan.create:
-            created = self.api.create(obj)
-            if obj["kind"] == "Pod":
-                if created:
-                    self.metrics.pods_created.inc()
-            elif obj["kind"] != "ConfigMap":
-                self._ensured.setdefault(uid, set()).add((obj["kind"], obj["metadata"]["name"]))
-        for pod_name in plan.delete_pods:
-            self.api.delete_pod(namespace, pod_name)
+            if obj["kind"] != "Pod":
+                self.api.create(obj)
+                if obj["kind"] != "ConfigMap":
+                    self._ensured.setdefault(uid, set()).add((obj["kind"], obj["metadata"]["name"]))
+        created = sum(self._pool.map(self.api.create, pods_to_create))
+        self.metrics.pods_created.inc(created)
+        list(self._pool.map(lambda pod: self.api.delete_pod(namespace, pod), plan.delete_pods))
         if plan.delete_job:
             self.api.delete_job(namespace, name)
             self._forget(key, job)

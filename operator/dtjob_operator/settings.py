@@ -34,6 +34,8 @@ class OperatorSettings(BaseSettings):
     """kopf peering object name, shared by the replicas of one deployment."""
     workers: int = Field(default=4, ge=1, le=64)
     """Reconcile worker threads (each job is reconciled by one worker at a time)."""
+    api_concurrency: int = Field(default=16, ge=1, le=128)
+    """Concurrent API calls when creating or deleting a gang's pods."""
     default_shm_per_gpu: str = Field(default="1Gi", pattern=QUANTITY_PATTERN)
     """/dev/shm per GPU when a job sets no spec.network.shmSize (at least 1Gi per pod)."""
     default_nccl_socket_ifname: str = "eth0"
