@@ -106,4 +106,9 @@ class RunResult:
     """Full parameters by name (the unwrapped model's names), CPU."""
     replicas_checked: int = 0
     """Steps after which replicas were verified identical (--verify-replicas)."""
+    train_seconds: float = 0.0
+    """Wall time of the steps run by this process (excluding start-up, checkpoint writes
+    and evaluation), for throughput figures."""
+    peak_device_bytes: int | None = None
+    """Peak GPU memory allocated by this process (None on the CPU)."""
     message: str = ""

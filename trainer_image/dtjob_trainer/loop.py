@@ -140,6 +140,7 @@ def run_loop(ctx: RunContext, t: Trainable) -> RunResult:
     step = start
     ctx.reporter.update(step=step, totalSteps=total, epoch=epoch_of(step, cfg.batch_size, n_train))
 
+    timer = time.perf_counter()
     while step < total:
         ctx.seed_step(step)
         pending.append(t.step(step))
@@ -163,7 +164,9 @@ def run_loop(ctx: RunContext, t: Trainable) -> RunResult:
                 step=step, epoch=epoch, loss=losses[-1], samplesPerSecond=rate, etaSeconds=eta
             )
         if due_ckpt or stop:
+            result.train_seconds += time.perf_counter() - timer
             state = _checkpoint(ctx, t, step)
+            timer = time.perf_counter()
             last_ckpt = step
             ctx.reporter.update(
                 force=True, lastCheckpointStep=last_ckpt, lastCheckpointTime=utc_now()
@@ -171,6 +174,8 @@ def run_loop(ctx: RunContext, t: Trainable) -> RunResult:
         if stop:
             raise Preempted(f"stopped by SIGTERM after step {step}; checkpoint written")
 
+    if ctx.device.type == "cuda":
+        result.peak_device_bytes = int(torch.cuda.max_memory_allocated(ctx.device))
     result.final_loss = result.losses[-1] if result.losses else None
     result.accuracy = t.evaluate()
     if last_ckpt != step or step == start:  # the final state has not been gathered yet
