@@ -266,7 +266,13 @@ class TrainerConfig(BaseModel):
             return self.strategy.hybrid.data_parallel
         if kind in (StrategyType.MODEL_PARALLEL, StrategyType.PIPELINE):
             return 1
-        return max(1, self.role_processes("worker"))
+        workers = max(1, self.role_processes("worker"))
+        if kind == StrategyType.PARAMETER_SERVER and self.strategy.parameter_server.mode == (
+            PSMode.HOGWILD
+        ):
+            # Each worker process runs hogwildProcesses trainers, each on its own shard.
+            return workers * self.strategy.parameter_server.hogwild_processes
+        return workers
 
 
 STAGE_STRATEGIES = (StrategyType.MODEL_PARALLEL, StrategyType.PIPELINE, StrategyType.HYBRID)
@@ -297,12 +303,14 @@ def check_consistency(cfg: TrainerConfig) -> list[str]:
     if cfg.roles.ps is not None and kind != StrategyType.PARAMETER_SERVER:
         problems.append(f"roles.ps: only the ParameterServer strategy uses it, not {kind.value}")
     mode = cfg.strategy.parameter_server.mode
-    if (
-        kind == StrategyType.PARAMETER_SERVER
-        and cfg.roles.ps is None
-        and mode in (PSMode.ASYNC, PSMode.EASGD)
-    ):
-        problems.append(f"roles.ps: required by ParameterServer mode {mode.value}")
+    if kind == StrategyType.PARAMETER_SERVER and cfg.roles.ps is None:
+        if mode in (PSMode.ASYNC, PSMode.EASGD):
+            problems.append(f"roles.ps: required by ParameterServer mode {mode.value}")
+        elif mode == PSMode.HOGWILD and cfg.role_processes("worker") > 1:
+            problems.append(
+                "roles.ps: required by ParameterServer mode Hogwild with more than one worker "
+                "process (the parameter servers hold the shared model)"
+            )
     if problems:
         return problems
 

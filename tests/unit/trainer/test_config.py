@@ -84,6 +84,20 @@ def test_field_errors_name_the_path() -> None:
             "roles.ps: required by ParameterServer mode Async",
         ),
         (
+            a_spec(
+                "ParameterServer",
+                workers=2,
+                ps=1,
+                batchSize=36,
+                strategy_extra={"parameterServer": {"mode": "Hogwild", "hogwildProcesses": 4}},
+            ),
+            "trainer.batchSize: must be divisible by the data-parallel size 8",
+        ),
+        (
+            a_spec("ParameterServer", strategy_extra={"parameterServer": {"mode": "Hogwild"}}),
+            "roles.ps: required by ParameterServer mode Hogwild with more than one worker",
+        ),
+        (
             a_spec("DataParallel", model={"type": "GPT"}),
             "trainer.dataset.type: model GPT needs SyntheticTokens",
         ),
