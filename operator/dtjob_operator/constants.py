@@ -7,7 +7,8 @@ Conditions (Kubernetes style, on `status.conditions`). A condition appears the f
 becomes relevant and is then kept up to date; `lastTransitionTime` moves only when its
 status flips.
 
-- Admitted: True when the whole gang may be created (Admitted / WaitingForAdmission).
+- Admitted: True when the whole gang may be created (Admitted); False while it waits
+  (WaitingForAdmission, Inadmissible, PodsReadyTimeout, Preempted).
 - Running: True when every pod of the current gang is Running and Ready (PodsReady);
   False with PodsNotReady while starting, or with the reason of whatever stopped the gang.
 - Restarting: True while a gang restart is under way: old pods going, backoff, new gang not
@@ -58,12 +59,20 @@ STATUS_FALSE: Final = "False"
 # --- condition reasons (also used as event reasons) --------------------------------------
 REASON_ADMITTED: Final = "Admitted"
 REASON_WAITING_FOR_ADMISSION: Final = "WaitingForAdmission"
+# The gang can never fit: more than its namespace quota's hard limit, or more than the
+# Ready nodes could hold if empty. It waits without blocking the jobs behind it.
+REASON_INADMISSIBLE: Final = "Inadmissible"
+# An admitted gang whose pods were not all ready within the pods-ready timeout: released
+# and re-queued with backoff.
+REASON_PODS_READY_TIMEOUT: Final = "PodsReadyTimeout"
 REASON_PODS_READY: Final = "PodsReady"
 REASON_PODS_NOT_READY: Final = "PodsNotReady"
 REASON_POD_FAILED_RETRYABLE: Final = "PodFailedRetryable"
 REASON_POD_FAILED_PERMANENT: Final = "PodFailedPermanent"
 # Retryable failures with a known cause get their own reason (see docs/env-contract.md).
-REASON_PREEMPTED: Final = "Preempted"  # exit 143: SIGTERM, checkpoint written
+# Exit 143 (SIGTERM, checkpoint written); also the reason of a job suspended by admission
+# for a higher-priority one.
+REASON_PREEMPTED: Final = "Preempted"
 REASON_RENDEZVOUS_TIMEOUT: Final = "RendezvousTimeout"  # exit 200
 REASON_PEER_LOST: Final = "PeerLost"  # exit 201
 REASON_BACKOFF_LIMIT_EXCEEDED: Final = "BackoffLimitExceeded"

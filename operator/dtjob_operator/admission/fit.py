@@ -1,0 +1,104 @@
+"""Does a whole gang fit? Quota room of its namespace and a placement of every pod.
+
+Quota room is the hard limit minus what is used (the larger of the quota's own `used` and
+the requests of the namespace's live pods: each lags the other a little) minus what jobs
+already admitted still reserve (pods of their gang not created yet). Placement puts each
+pod on some Ready node's free allocatable, first-fit-decreasing (largest pods first, nodes
+in name order), honouring nodeSelector, taints and cordons; a sum of free GPUs is not
+enough, since a 4-GPU pod cannot use two nodes with 2 free GPUs each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dtjob_operator.admission.resources import CPU, GPU, MEMORY, Resources, covers, subtract
+
+
+@dataclass(frozen=True)
+class PodDemand:
+    """One pod of a gang as placement sees it."""
+
+    requests: Mapping[str, int]
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+
+
+@dataclass
+class Node:
+    """A Ready, schedulable node: what is left of its allocatable, and what selects it."""
+
+    name: str
+    allocatable: Mapping[str, int]
+    free: Resources
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Mapping[str, Any], ...] = ()
+
+
+@dataclass
+class Quota:
+    """The namespace's ResourceQuotas folded into one: the tightest hard limit per resource,
+    and the room left under it."""
+
+    hard: Resources
+    room: Resources
+
+
+def tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
+    """The scheduler's rule for one NoSchedule/NoExecute taint."""
+    if taint.get("effect") not in ("NoSchedule", "NoExecute"):
+        return True  # PreferNoSchedule never blocks placement
+    for tol in tolerations:
+        if tol.get("effect") and tol.get("effect") != taint.get("effect"):
+            continue
+        if not tol.get("key"):
+            if tol.get("operator") == "Exists":
+                return True
+            continue
+        if tol.get("key") != taint.get("key"):
+            continue
+        if tol.get("operator") == "Exists" or tol.get("value", "") == taint.get("value", ""):
+            return True
+    return False
+
+
+def can_host(node: Node, pod: PodDemand, free: Mapping[str, int]) -> bool:
+    """Selector, taints and free resources all allow the pod on the node."""
+    if any(node.labels.get(k) != v for k, v in pod.node_selector.items()):
+        return False
+    if not all(tolerates(pod.tolerations, t) for t in node.taints):
+        return False
+    return covers(free, pod.requests)
+
+
+def _size(pod: PodDemand) -> tuple[int, int, int]:
+    r = pod.requests
+    return (r.get(GPU, 0), r.get(CPU, 0), r.get(MEMORY, 0))
+
+
+def place(pods: Sequence[PodDemand], nodes: Sequence[Node], commit: bool = True) -> bool:
+    """First-fit-decreasing placement of every pod. On success (and with `commit`) the
+    nodes' free resources are reduced by the pods; on failure nothing changes."""
+    free = {n.name: dict(n.free) for n in nodes}
+    for pod in sorted(pods, key=_size, reverse=True):
+        target = next((n for n in nodes if can_host(n, pod, free[n.name])), None)
+        if target is None:
+            return False
+        free[target.name] = subtract(free[target.name], pod.requests)
+    if commit:
+        for n in nodes:
+            n.free = free[n.name]
+    return True
+
+
+def place_on_empty(pods: Sequence[PodDemand], nodes: Sequence[Node]) -> bool:
+    """Could the gang be placed if the Ready nodes ran nothing else?"""
+    empty = [Node(n.name, n.allocatable, dict(n.allocatable), n.labels, n.taints) for n in nodes]
+    return place(pods, empty, commit=False)
+
+
+def quota_shortfall(need: Mapping[str, int], limit: Mapping[str, int]) -> list[str]:
+    """Resources of `need` above `limit` (resources the limit does not list are free)."""
+    return [key for key, value in limit.items() if need.get(key, 0) > value]

@@ -1,0 +1,95 @@
+"""What a waiting job is told, in numbers (shown in its Admitted condition and events)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from dtjob_operator.admission.fit import Node, PodDemand, Quota
+from dtjob_operator.admission.resources import GPU, PODS, format_amount
+
+MAX_NODES_LISTED = 8
+
+
+def _unit(resource: str) -> str:
+    return resource if resource != PODS else "pods"
+
+
+def quota_short(namespace: str, need: Mapping[str, int], quota: Quota, short: Sequence[str]) -> str:
+    """ "needs 8 nvidia.com/gpu, namespace team-a has 4 free of 16"."""
+    parts = [
+        f"needs {format_amount(need.get(r, 0), r)} {_unit(r)}, namespace {namespace} has "
+        f"{format_amount(max(0, quota.room.get(r, 0)), r)} free of "
+        f"{format_amount(quota.hard[r], r)}"
+        for r in short
+    ]
+    return "; ".join(parts)
+
+
+def quota_never(namespace: str, need: Mapping[str, int], quota: Quota, short: Sequence[str]) -> str:
+    """The gang asks for more than the namespace's quota allows in all."""
+    parts = [
+        f"needs {format_amount(need.get(r, 0), r)} {_unit(r)}, more than the quota of "
+        f"namespace {namespace} allows in all ({format_amount(quota.hard[r], r)})"
+        for r in short
+    ]
+    return "can never be admitted: " + "; ".join(parts) + "; lower the request or raise the quota"
+
+
+def _gang_shape(gang: Sequence[PodDemand]) -> str:
+    gpus = sorted((p.requests.get(GPU, 0) for p in gang), reverse=True)
+    if gpus and gpus[0] > 0:
+        if gpus[0] == gpus[-1]:
+            return f"{len(gang)} pods of {gpus[0]} {GPU}"
+        return f"{len(gang)} pods of up to {gpus[0]} {GPU} ({sum(gpus)} in all)"
+    return f"{len(gang)} pods"
+
+
+def _free_gpus(nodes: Sequence[Node]) -> str:
+    free = sorted((max(0, n.free.get(GPU, 0)) for n in nodes), reverse=True)
+    shown = ", ".join(str(f) for f in free[:MAX_NODES_LISTED])
+    more = f" and {len(free) - MAX_NODES_LISTED} more" if len(free) > MAX_NODES_LISTED else ""
+    return f"free {GPU} per Ready node: {shown or 'none'}{more}"
+
+
+def capacity_short(gang: Sequence[PodDemand], nodes: Sequence[Node]) -> str:
+    """Quota allows it, but no placement of every pod exists on the Ready nodes now."""
+    return f"needs {_gang_shape(gang)} placed on Ready nodes; {_free_gpus(nodes)}"
+
+
+def capacity_never(gang: Sequence[PodDemand], nodes: Sequence[Node]) -> str:
+    """Even empty, the Ready nodes could not hold the gang."""
+    biggest = max((n.allocatable.get(GPU, 0) for n in nodes), default=0)
+    return (
+        f"can never be admitted: needs {_gang_shape(gang)} and the {len(nodes)} Ready "
+        f"nodes it may use could not hold them even if empty (largest node: {biggest} {GPU})"
+    )
+
+
+def behind(blocker: str, reason: str) -> str:
+    """Strict order within a namespace: a job that fits still waits for the one ahead."""
+    return f"waiting behind job {blocker}, which is first in line ({reason})"
+
+
+def backoff(seconds: float) -> str:
+    """Re-queued after its pods were not ready in time (the count is in the status)."""
+    return (
+        f"re-queued because its pods were not all ready in time; eligible again in {seconds:.0f}s"
+    )
+
+
+def preempting(victims: Sequence[str]) -> str:
+    """The job waits for lower-priority jobs it preempted to stop."""
+    return f"preempting lower-priority job(s) {', '.join(victims)}; admitted once they stop"
+
+
+def preempted_by(job: str, priority: int) -> str:
+    """What a victim is told."""
+    return (
+        f"preempted by higher-priority job {job} (priority {priority}); the pods get SIGTERM "
+        f"to checkpoint and the job is re-queued, resuming from its checkpoint"
+    )
+
+
+def with_position(position: int, namespace: str, message: str) -> str:
+    """Prefix the queue position."""
+    return f"position {position} in the queue of namespace {namespace}: {message}"

@@ -1,0 +1,301 @@
+"""From API objects (plain JSON dicts) to what an admission pass reads. Pure.
+
+The controller lists jobs, pods, nodes, ResourceQuotas and PriorityClasses; `build_snapshot`
+folds them into JobViews (a job's gang, what of it exists, whether it is admitted), one
+Quota per namespace and the Ready nodes with their free allocatable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from dtjob_operator.admission.fit import Node, PodDemand, Quota
+from dtjob_operator.admission.resources import (
+    Resources,
+    add,
+    parse_quantity,
+    pod_requests,
+    quota_amounts,
+    subtract,
+)
+from dtjob_operator.api.status import TERMINAL_PHASES, JobPhase
+from dtjob_operator.builders import Job, build_pods
+from dtjob_operator.constants import (
+    CONDITION_ADMITTED,
+    LABEL_GENERATION,
+    LABEL_JOB_NAME,
+    STATUS_TRUE,
+)
+from dtjob_operator.settings import OperatorSettings
+
+Obj = Mapping[str, Any]
+STARTED_PHASES = frozenset({JobPhase.STARTING.value, JobPhase.RUNNING.value})
+
+
+@dataclass(frozen=True)
+class GangPod:
+    """One pod of a job's gang, as the builders would create it."""
+
+    name: str
+    demand: PodDemand
+    priority_class: str | None
+
+
+@dataclass(frozen=True)
+class JobView:
+    """A non-terminal, unsuspended job as the admission pass sees it."""
+
+    uid: str
+    namespace: str
+    name: str
+    priority: int
+    created: str
+    gang: tuple[PodDemand, ...]
+    """Every pod of the current gang."""
+    admitted: bool
+    can_preempt: bool = True
+    """False when its PriorityClass says preemptionPolicy: Never."""
+    not_before: datetime | None = None
+    """Re-queue backoff after a pods-ready timeout: not admitted before this."""
+    missing: tuple[PodDemand, ...] = ()
+    """Pods of the current gang that do not exist yet (an admitted job reserves them)."""
+    unscheduled: tuple[PodDemand, ...] = ()
+    """Live pods of the current gang without a node yet."""
+    held: tuple[tuple[str | None, Mapping[str, int]], ...] = ()
+    """(node, requests) of the job's live pods, any generation."""
+
+    @property
+    def need(self) -> Resources:
+        """Requests of the whole gang."""
+        return add(*(p.requests for p in self.gang))
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
+
+@dataclass
+class Snapshot:
+    """Everything one admission pass decides from."""
+
+    jobs: list[JobView]
+    quotas: dict[str, Quota]
+    nodes: list[Node]
+    now: datetime
+    namespaces_used: dict[str, Resources] = field(default_factory=dict)
+
+
+def gang_pods(job: Obj, settings: OperatorSettings) -> list[GangPod] | None:
+    """The pods the builders would create for the job's current gang; None when the spec
+    does not parse (the planner fails such a job; admission ignores it)."""
+    try:
+        parsed = Job.from_object(job)
+        restarts = int((job.get("status") or {}).get("restarts") or 0)
+        manifests = build_pods(parsed, restarts, settings)
+    except (ValueError, KeyError, TypeError):
+        return None
+    result = []
+    for m in manifests:
+        spec = m["spec"]
+        demand = PodDemand(
+            requests=pod_requests(spec),
+            node_selector=dict(spec.get("nodeSelector") or {}),
+            tolerations=tuple(spec.get("tolerations") or ()),
+        )
+        result.append(GangPod(m["metadata"]["name"], demand, spec.get("priorityClassName")))
+    return result
+
+
+def is_admitted(job: Obj) -> bool:
+    """The job's status says it is admitted (or its gang already started)."""
+    status = job.get("status") or {}
+    if status.get("phase") in STARTED_PHASES:
+        return True
+    return any(
+        c.get("type") == CONDITION_ADMITTED and c.get("status") == STATUS_TRUE
+        for c in status.get("conditions") or []
+    )
+
+
+def requeue_not_before(
+    job: Obj, base_seconds: float, max_seconds: float, parse: Callable[[object], datetime | None]
+) -> datetime | None:
+    """After a pods-ready timeout the job waits base * 2^(requeues-1) seconds (capped)."""
+    admission = (job.get("status") or {}).get("admission") or {}
+    requeues = int(admission.get("requeues") or 0)
+    last = parse(admission.get("lastRequeueTime"))
+    if requeues <= 0 or last is None:
+        return None
+    delay = min(base_seconds * 2 ** min(requeues - 1, 32), max_seconds)
+    return last + timedelta(seconds=delay)
+
+
+def _owned(pod: Obj, uid: object) -> bool:
+    """Owned by the job with `uid` (a pod without owner references goes by its label)."""
+    refs = (pod.get("metadata") or {}).get("ownerReferences") or []
+    return not refs or any(r.get("uid") == uid for r in refs)
+
+
+def _live(pod: Obj) -> bool:
+    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+
+
+def node_view(node: Obj) -> Node | None:
+    """A Ready, schedulable node; None otherwise."""
+    spec, status = node.get("spec") or {}, node.get("status") or {}
+    if spec.get("unschedulable"):
+        return None
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == STATUS_TRUE
+        for c in status.get("conditions") or []
+    )
+    if not ready:
+        return None
+    alloc: Resources = {}
+    for key, value in (status.get("allocatable") or {}).items():
+        try:
+            alloc[key] = parse_quantity(value, key)
+        except ValueError:
+            continue
+    meta = node.get("metadata") or {}
+    return Node(
+        name=meta.get("name", ""),
+        allocatable=alloc,
+        free=dict(alloc),
+        labels=dict(meta.get("labels") or {}),
+        taints=tuple(spec.get("taints") or ()),
+    )
+
+
+def priority_of(names: Iterable[str | None], classes: Sequence[Obj]) -> tuple[int, bool]:
+    """(priority, may preempt) of the highest PriorityClass among `names`; a pod without a
+    class gets the globalDefault class's value, else 0."""
+    by_name = {c["metadata"]["name"]: c for c in classes}
+    default = next((c for c in classes if c.get("globalDefault")), None)
+    best: tuple[int, bool] | None = None
+    for name in names:
+        cls = by_name.get(name) if name else default
+        value = (0, True)
+        if cls is not None:
+            value = (int(cls.get("value") or 0), cls.get("preemptionPolicy") != "Never")
+        if best is None or value[0] > best[0]:
+            best = value
+    return best or (0, True)
+
+
+def build_snapshot(
+    *,
+    jobs: Sequence[Obj],
+    pods: Sequence[Obj],
+    nodes: Sequence[Obj],
+    quotas: Sequence[Obj],
+    priority_classes: Sequence[Obj],
+    gang_of: Callable[[Obj], Sequence[GangPod] | None],
+    admitted: Callable[[Obj], bool],
+    not_before: Callable[[Obj], datetime | None],
+    now: datetime,
+) -> Snapshot:
+    """Fold the listed objects into a Snapshot (see the module docstring)."""
+    ns_used: dict[str, Resources] = {}
+    node_used: dict[str, Resources] = {}
+    by_job: dict[tuple[str, str], list[Obj]] = {}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        ns = meta.get("namespace", "")
+        job_name = (meta.get("labels") or {}).get(LABEL_JOB_NAME)
+        if job_name:
+            by_job.setdefault((ns, job_name), []).append(pod)
+        if not _live(pod):
+            continue
+        req = pod_requests(pod.get("spec") or {})
+        ns_used[ns] = add(ns_used.get(ns, {}), req)
+        node_name = (pod.get("spec") or {}).get("nodeName")
+        if node_name:
+            node_used[node_name] = add(node_used.get(node_name, {}), req)
+
+    ready_nodes = []
+    for raw in nodes:
+        node = node_view(raw)
+        if node is not None:
+            node.free = subtract(node.allocatable, node_used.get(node.name, {}))
+            ready_nodes.append(node)
+    ready_nodes.sort(key=lambda n: n.name)
+
+    folded: dict[str, Quota] = {}
+    for q in quotas:
+        ns = (q.get("metadata") or {}).get("namespace", "")
+        hard = quota_amounts((q.get("spec") or {}).get("hard") or {})
+        if not hard:
+            continue
+        reported = quota_amounts((q.get("status") or {}).get("used") or {})
+        mine = ns_used.get(ns, {})
+        used = {k: max(reported.get(k, 0), mine.get(k, 0)) for k in hard}
+        room = subtract(hard, used)
+        if ns in folded:
+            prior = folded[ns]
+            hard = {k: min(v, prior.hard.get(k, v)) for k, v in {**prior.hard, **hard}.items()}
+            room = {k: min(v, prior.room.get(k, v)) for k, v in {**prior.room, **room}.items()}
+        folded[ns] = Quota(hard=hard, room=room)
+
+    views = []
+    for job in jobs:
+        view = job_view(job, by_job, priority_classes, gang_of, admitted, not_before)
+        if view is not None:
+            views.append(view)
+    return Snapshot(jobs=views, quotas=folded, nodes=ready_nodes, now=now, namespaces_used=ns_used)
+
+
+def job_view(
+    job: Obj,
+    pods_by_job: Mapping[tuple[str, str], Sequence[Obj]],
+    priority_classes: Sequence[Obj],
+    gang_of: Callable[[Obj], Sequence[GangPod] | None],
+    admitted: Callable[[Obj], bool],
+    not_before: Callable[[Obj], datetime | None],
+) -> JobView | None:
+    """The job's view; None for a job admission has nothing to do with (finished,
+    suspended, being deleted, or with a spec that does not parse)."""
+    meta = job.get("metadata") or {}
+    status = job.get("status") or {}
+    if meta.get("deletionTimestamp") or status.get("phase") in TERMINAL_PHASES:
+        return None
+    if (job.get("spec") or {}).get("suspend"):
+        return None
+    gang = gang_of(job)
+    if gang is None:
+        return None
+    ns, name = meta.get("namespace", ""), meta.get("name", "")
+    restarts = str(int(status.get("restarts") or 0))
+    mine = [p for p in pods_by_job.get((ns, name), ()) if _owned(p, meta.get("uid"))]
+    current = {
+        p["metadata"]["name"]: p
+        for p in mine
+        if (p["metadata"].get("labels") or {}).get(LABEL_GENERATION) == restarts
+    }
+    live = [p for p in mine if _live(p)]
+    priority, can_preempt = priority_of((g.priority_class for g in gang), priority_classes)
+    return JobView(
+        uid=meta.get("uid", ""),
+        namespace=ns,
+        name=name,
+        priority=priority,
+        created=meta.get("creationTimestamp", ""),
+        gang=tuple(g.demand for g in gang),
+        admitted=admitted(job),
+        can_preempt=can_preempt,
+        not_before=not_before(job),
+        missing=tuple(g.demand for g in gang if g.name not in current),
+        unscheduled=tuple(
+            g.demand
+            for g in gang
+            if g.name in current
+            and _live(current[g.name])
+            and not (current[g.name].get("spec") or {}).get("nodeName")
+        ),
+        held=tuple(
+            ((p.get("spec") or {}).get("nodeName"), pod_requests(p.get("spec") or {})) for p in live
+        ),
+    )
