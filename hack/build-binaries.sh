@@ -16,7 +16,7 @@ log_dir="$cache_root/build-logs"
 mkdir -p "$bin_dir" "$log_dir"
 
 kube_components=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
-all=("${kube_components[@]}" etcd kwok helm)
+all=("${kube_components[@]}" etcd kwok helm coredns)
 wanted=("$@")
 [ ${#wanted[@]} -gt 0 ] || wanted=("${all[@]}")
 
@@ -112,6 +112,8 @@ for c in "${missing[@]}"; do
     etcd) build_etcd ;;
     kwok) build_install kwok sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION" ;;
     helm) build_install helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION" ;;
+    # The real node's DNS (hack/realnode.py); not part of the cache key, which predates it.
+    coredns) build_install coredns github.com/coredns/coredns "$COREDNS_VERSION" ;;
     *) kube_missing+=("$c") ;;
   esac
 done

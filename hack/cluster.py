@@ -14,6 +14,8 @@ Environment (all optional):
   DTJOB_NODE_MEMORY        the fake GPU nodes (default 4 x 8 nvidia.com/gpu, 64 cpu, 512Gi)
   DTJOB_BIN_DIR            use these binaries instead of building them
   DTJOB_CLUSTER_TIMEOUT    seconds to wait for each start-up step (default 60)
+  DTJOB_NODE=real          `up` also starts the real node (hack/realnode.py, docs/real-node.md);
+                           `down` always stops a real node it finds recorded
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from subprocess import Popen
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cluster_api
 import cluster_pki
+import realnode
 from cluster_components import HACK, ClusterError, Config, command
 
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
@@ -175,6 +178,8 @@ def up(cfg: Config) -> None:
         if procs:  # only undo what this run started
             stop(cfg)
         raise
+    if os.environ.get("DTJOB_NODE") == "real":
+        realnode.up(cfg, api)
     print(
         f"cluster-up: {cfg.nodes} nodes x {cfg.gpus} nvidia.com/gpu Ready in "
         f"{time.monotonic() - t0:.1f} s; KUBECONFIG={cfg.kubeconfig}",
@@ -212,6 +217,7 @@ def start_all(cfg: Config, bins: Path) -> dict[str, Popen[bytes]]:
 
 
 def down(cfg: Config) -> None:
+    realnode.down(cfg)  # while the apiserver still runs: kubelet first
     stopped = stop(cfg)
     shutil.rmtree(cfg.state / "etcd", ignore_errors=True)
     print(f"cluster-down: stopped {', '.join(stopped) or 'nothing (not running)'}", file=sys.stderr)
@@ -225,6 +231,7 @@ def status(cfg: Config) -> int:
         running += bool(pid)
         state = f"running (pid {pid})" if pid else "stopped"
         print(f"{name:24} {state:20} log {cfg.log(name)}")
+    realnode.status(cfg)
     if api and api.ready():
         items = api.request("GET", "/api/v1/nodes")["items"]
         ready = sum(cluster_api.node_is_ready(n) for n in items)

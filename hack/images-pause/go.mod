@@ -1,0 +1,3 @@
+module dtjob.local/pause
+
+go 1.22

@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# Builds the operator and trainer images from this repository's Dockerfiles (unchanged) with
+# no container registry, and imports them into the real node's containerd (namespace k8s.io).
+#
+#   1. base image dtjob/python-base:3.11-bookworm: debootstrap of Debian bookworm (minbase)
+#      plus bookworm's python3 and python3-pip, imported with `docker import`; the Dockerfiles'
+#      `FROM ${BASE_IMAGE}` resolves to it without a pull.
+#   2. `docker build` of Dockerfile and trainer_image/Dockerfile (classic builder, host
+#      network for pip): the dependency layers are cached in Docker's data root under
+#      $DTJOB_CACHE/docker, so torch (the CUDA wheel from PyPI, GBs) downloads once.
+#   3. `docker save | ctr import` into containerd, skipped when that image ID is already there.
+#
+# Docker Engine (Debian's docker.io) runs only while this script needs it, with its own
+# data root and socket, no bridge and no iptables rules (builds use the host network).
+#
+# Usage: hack/images.sh [build|import|all|node|stop]   (default all; import and node need the
+#        real node's containerd: CONTAINERD_SOCK)
+set -euo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+cache=${DTJOB_CACHE:-$HOME/.cache/dtjob}
+work=$cache/images
+logs=$work/logs
+mkdir -p "$work" "$logs"
+BASE_IMAGE=dtjob/python-base:3.11-bookworm
+TAG=$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$top/charts/dtjob-operator/Chart.yaml")
+OPERATOR_IMAGE=dtjob/operator:$TAG
+TRAINER_IMAGE=dtjob/trainer:$TAG
+PAUSE_IMAGE=dtjob/pause:3.10  # hack/realnode.py's sandbox_image
+export DOCKER_HOST=unix://$work/docker.sock
+
+die() { echo "images: $*" >&2; exit 1; }
+die_log() {  # what log
+  local last
+  last=$(grep -v '^\s*$' "$2" 2>/dev/null | tail -n 1 | cut -c1-200)
+  die "$1 failed${last:+: $last}; see $2"
+}
+
+need_packages() {  # Debian packages, installed when missing (CI runs as root)
+  local missing=() p
+  for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  [ "$(id -u)" = 0 ] || die "missing Debian packages: ${missing[*]} (run as root or install them)"
+  echo "images: installing ${missing[*]} (log: $logs/apt.log)" >&2
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+      --no-install-recommends "${missing[@]}"; } >"$logs/apt.log" 2>&1 \
+    || die_log "apt-get install ${missing[*]}" "$logs/apt.log"
+}
+
+dockerd_up() {
+  docker version >/dev/null 2>&1 && return 0
+  need_packages docker.io
+  echo "images: starting Docker Engine (data root $cache/docker, log: $logs/dockerd.log)" >&2
+  # No bridge, no iptables: the engine must not touch the host's FORWARD policy or NAT.
+  setsid dockerd --data-root "$cache/docker" --exec-root "$work/docker-exec" \
+    --host "$DOCKER_HOST" --pidfile "$work/dockerd.pid" --bridge=none --iptables=false \
+    --ip-masq=false >"$logs/dockerd.log" 2>&1 </dev/null &
+  local i
+  for i in $(seq 1 60); do
+    docker version >/dev/null 2>&1 && return 0
+    kill -0 $! 2>/dev/null || die_log "Docker Engine (dockerd) exited during start-up" "$logs/dockerd.log"
+    sleep 1
+  done
+  die "Docker Engine did not answer on $DOCKER_HOST within 60 s; see $logs/dockerd.log"
+}
+
+dockerd_down() {  # only the engine this script started (recorded pid)
+  local pid
+  pid=$(cat "$work/dockerd.pid" 2>/dev/null) || return 0
+  [ -r "/proc/$pid/cmdline" ] && grep -q "$work" "/proc/$pid/cmdline" && kill "$pid" || true
+}
+
+base_image() {
+  # Keyed on this script's base recipe: a change of the recipe below rebuilds it.
+  local key="bookworm-minbase-python3-v2"
+  if [ "$(docker image inspect -f '{{index .Config.Labels "dtjob.base"}}' "$BASE_IMAGE" 2>/dev/null)" = "$key" ]; then
+    return 0
+  fi
+  need_packages debootstrap
+  local root=$work/rootfs t0=$SECONDS
+  echo "images: building $BASE_IMAGE with debootstrap (log: $logs/base.log)" >&2
+  rm -rf "$root"
+  {
+    debootstrap --variant=minbase --include=python3,python3-pip,ca-certificates \
+      bookworm "$root" http://deb.debian.org/debian &&
+      # A base image, like python:3.11-slim: pip installs into the image's Python.
+      rm -f "$root"/usr/lib/python3*/EXTERNALLY-MANAGED &&
+      # This machine's own CAs (e.g. a TLS-inspecting egress proxy), so pip in `docker build`
+      # trusts what the host trusts. The image stays local to this machine.
+      { [ -z "$(ls /usr/local/share/ca-certificates/ 2>/dev/null)" ] ||
+        { cp -r /usr/local/share/ca-certificates/. "$root/usr/local/share/ca-certificates/" &&
+          chroot "$root" update-ca-certificates >/dev/null; }; } &&
+      rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/* "$root"/usr/share/doc/* \
+        "$root"/usr/share/man/* "$root"/usr/share/locale/* &&
+      tar -C "$root" -c . | docker import \
+        --change "LABEL dtjob.base=$key" --change 'CMD ["python3"]' \
+        --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8' \
+        - "$BASE_IMAGE"
+  } >"$logs/base.log" 2>&1 || die_log "building the base image $BASE_IMAGE" "$logs/base.log"
+  rm -rf "$root"
+  echo "images: $BASE_IMAGE built in $((SECONDS - t0)) s" >&2
+}
+
+build() {  # image dockerfile name
+  local t0=$SECONDS
+  echo "images: building $1 from $2 (log: $logs/$3.log)" >&2
+  DOCKER_BUILDKIT=0 docker build --network host -f "$top/$2" -t "$1" "$top" >"$logs/$3.log" 2>&1 \
+    || die_log "docker build of $1 ($2)" "$logs/$3.log"
+  echo "images: $1 ready in $((SECONDS - t0)) s, $(docker image inspect -f '{{.Size}}' "$1" | awk '{printf "%.0f MB", $1/1e6}')" >&2
+}
+
+import() {  # image
+  local sock=${CONTAINERD_SOCK:?CONTAINERD_SOCK names the real node containerd socket}
+  local id stamp=$work/imported-$(echo "$1" | tr '/:' '__') t0=$SECONDS
+  id=$(docker image inspect -f '{{.Id}}' "$1")
+  if [ "$(cat "$stamp" 2>/dev/null)" = "$id" ] &&
+    ctr -a "$sock" -n k8s.io images ls -q | grep -qx "docker.io/$1"; then
+    return 0
+  fi
+  echo "images: importing $1 into containerd (log: $logs/import.log)" >&2
+  docker save "$1" | ctr -a "$sock" -n k8s.io images import - >"$logs/import.log" 2>&1 \
+    || die_log "importing $1 into containerd ($sock)" "$logs/import.log"
+  echo "$id" >"$stamp"
+  echo "images: imported $1 in $((SECONDS - t0)) s" >&2
+}
+
+pause_image() {  # the pod sandbox image, a static Go binary (hack/images-pause)
+  docker image inspect "$PAUSE_IMAGE" >/dev/null 2>&1 && return 0
+  local d=$work/pause
+  mkdir -p "$d"
+  echo "images: building $PAUSE_IMAGE (log: $logs/pause.log)" >&2
+  { (cd "$top/hack/images-pause" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$d/pause" .) &&
+      tar -C "$d" -c pause | docker import --change 'ENTRYPOINT ["/pause"]' - "$PAUSE_IMAGE"; } \
+    >"$logs/pause.log" 2>&1 || die_log "building the pause image" "$logs/pause.log"
+}
+
+verb=${1:-all}
+case "$verb" in
+  build | all)
+    dockerd_up
+    base_image
+    build "$OPERATOR_IMAGE" Dockerfile operator
+    build "$TRAINER_IMAGE" trainer_image/Dockerfile trainer
+    if [ "$verb" = all ]; then import "$OPERATOR_IMAGE" && import "$TRAINER_IMAGE"; fi
+    ;;
+  import)
+    dockerd_up
+    import "$OPERATOR_IMAGE"
+    import "$TRAINER_IMAGE"
+    ;;
+  node) # what the real node needs at start: the pause image, and our images when built
+    dockerd_up
+    pause_image
+    import "$PAUSE_IMAGE"
+    for i in "$OPERATOR_IMAGE" "$TRAINER_IMAGE"; do
+      docker image inspect "$i" >/dev/null 2>&1 && import "$i"
+    done
+    ;;
+  stop) dockerd_down ;;
+  *) die "usage: hack/images.sh [build|import|all|node|stop]" ;;
+esac

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs (or removes) the chart on the local cluster's real node, as a user would:
+# `helm upgrade --install` of charts/dtjob-operator with the images hack/images.sh built.
+# The only local values: place the operator on the real node (label + taint dtjob.io/node=real).
+# Usage: hack/realnode-helm.sh install|test|uninstall   (KUBECONFIG and helm on PATH)
+set -euo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+release=${DTJOB_RELEASE:-dtjob}
+ns=${DTJOB_RELEASE_NAMESPACE:-dtjob-system}
+case "${1:-install}" in
+  install)
+    helm upgrade --install "$release" "$top/charts/dtjob-operator" -n "$ns" --create-namespace \
+      --set-string 'nodeSelector.dtjob\.io/node=real' \
+      --set 'tolerations[0].key=dtjob.io/node,tolerations[0].operator=Equal' \
+      --set 'tolerations[0].value=real,tolerations[0].effect=NoSchedule' \
+      --wait --timeout 5m >/dev/null \
+      || { echo "helm: install failed; kubectl -n $ns describe pods" >&2; exit 1; }
+    echo "helm: release $release in $ns deployed" >&2
+    ;;
+  test) helm test "$release" -n "$ns" ;;
+  uninstall) helm uninstall "$release" -n "$ns" --wait ;;
+  *) echo "usage: $0 install|test|uninstall" >&2; exit 2 ;;
+esac

@@ -1,0 +1,25 @@
+"""The chart installed with `helm install` runs the operator image on the real node, with
+the chart's least-privilege RBAC and an unprivileged pod."""
+
+from __future__ import annotations
+
+from helpers.realnode import E2E, RELEASE, RELEASE_NS
+
+
+def test_operator_runs_from_our_image_unprivileged_on_the_real_node(e2e: E2E) -> None:
+    pods = e2e.get("pods", "-n", RELEASE_NS, "-l", "app.kubernetes.io/instance=" + RELEASE)
+    [pod] = pods["items"]
+    assert pod["spec"]["nodeName"] == "dtjob-real-0"
+    assert pod["spec"]["containers"][0]["image"].startswith("dtjob/operator:")
+    assert all(c["ready"] for c in pod["status"]["containerStatuses"])
+    sc = pod["spec"]["securityContext"]
+    assert sc["runAsNonRoot"] and sc["runAsUser"] != 0
+    csc = pod["spec"]["containers"][0]["securityContext"]
+    assert csc["allowPrivilegeEscalation"] is False and not csc.get("privileged")
+    # It talks to the apiserver as its own ServiceAccount, through kubernetes.default.
+    sa = pod["spec"]["serviceAccountName"]
+    can = e2e.kubectl("auth", "can-i", "create", "pods",
+                      f"--as=system:serviceaccount:{RELEASE_NS}:{sa}", check=False)  # fmt: skip
+    cannot = e2e.kubectl("auth", "can-i", "create", "deployments",
+                         f"--as=system:serviceaccount:{RELEASE_NS}:{sa}", check=False)  # fmt: skip
+    assert can.strip() == "yes" and cannot.strip() == "no"

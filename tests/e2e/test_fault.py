@@ -1,0 +1,80 @@
+"""Killing one trainer container mid-run restarts the whole gang, which resumes from its
+checkpoint on a PVC (a hostPath PV made here) and still succeeds."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from helpers.realnode import E2E, watch_job
+
+
+def _pvc(e2e: E2E, ns: str, path: Path) -> str:
+    path.mkdir(parents=True, exist_ok=True)
+    os.chown(path, 1000, 1000)  # the trainer image's user
+    e2e.kubectl(
+        "apply",
+        "-f",
+        "-",
+        stdin=f"""
+apiVersion: v1
+kind: PersistentVolume
+metadata: {{name: {ns}-ckpt}}
+spec:
+  capacity: {{storage: 1Gi}}
+  accessModes: [ReadWriteOnce]
+  persistentVolumeReclaimPolicy: Delete
+  storageClassName: e2e-hostpath
+  claimRef: {{namespace: {ns}, name: ckpt}}
+  hostPath: {{path: {path}, type: Directory}}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{name: ckpt, namespace: {ns}}}
+spec:
+  accessModes: [ReadWriteOnce]
+  storageClassName: e2e-hostpath
+  resources: {{requests: {{storage: 1Gi}}}}
+""",
+    )
+    return "ckpt"
+
+
+def test_killed_container_restarts_gang_and_resumes_from_checkpoint(
+    e2e: E2E, e2e_namespace: str, tmp_path: Path
+) -> None:
+    ns = e2e_namespace
+    claim = _pvc(e2e, ns, Path("/tmp") / f"dtjob-{ns}-ckpt")
+    job = e2e.apply_example(
+        "data-parallel", ns, checkpoint__claimName=claim, checkpoint__everySteps=50,
+        trainer__steps=1500,
+    )  # fmt: skip
+    name = job["metadata"]["name"]
+    deadline = time.monotonic() + 600
+    while True:  # wait for a checkpoint, then kill worker-1's trainer container
+        st = e2e.job(ns, name).get("status", {})
+        ckpt = (st.get("progress") or {}).get("lastCheckpointStep") or 0
+        if ckpt >= 100:
+            break
+        assert time.monotonic() < deadline, st
+        time.sleep(1)
+    pod = e2e.get("pod", "-n", ns, f"{name}-worker-1")
+    cid = pod["status"]["containerStatuses"][0]["containerID"].split("://")[1]
+    sock = e2e.env["CONTAINERD_SOCK"]
+    subprocess.run(["ctr", "-a", sock, "-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", cid],
+                   check=True)  # fmt: skip
+    after: list[int] = []
+
+    def seen(obj: dict[str, Any], row: str) -> None:
+        st = obj.get("status", {})
+        if st.get("restarts", 0) >= 1 and st.get("phase") == "Running" and st.get("progress"):
+            after.append(st["progress"]["step"])
+
+    done = watch_job(e2e, ns, name, timeout=900, on_poll=seen)
+    assert done["status"]["phase"] == "Succeeded", done["status"]
+    assert done["status"]["restarts"] >= 1
+    assert after and min(after) >= ckpt, (ckpt, after)  # continued, not started over
+    assert done["status"]["progress"]["step"] == 1500

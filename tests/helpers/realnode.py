@@ -1,0 +1,81 @@
+"""kubectl-level helpers for the end-to-end tier (tests/e2e): the way a user drives the
+cluster, with the real node's overlay from hack/realnode_overlay.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from helpers.cluster import REPO
+
+sys_path = str(REPO / "hack")
+if sys_path not in __import__("sys").path:
+    __import__("sys").path.insert(0, sys_path)
+from realnode_overlay import place_on_real_node  # noqa: E402
+
+RELEASE, RELEASE_NS = "dtjob", "dtjob-system"
+
+
+@dataclass(frozen=True)
+class E2E:
+    kubeconfig: Path
+    state: Path
+    env: dict[str, str]
+
+    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
+        proc = subprocess.run(
+            ["kubectl", *args], input=stdin, env=self.env, capture_output=True, text=True,
+            timeout=120,
+        )  # fmt: skip
+        if check and proc.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)}: {proc.stderr.strip()}")
+        return proc.stdout
+
+    def get(self, *args: str) -> Any:
+        return json.loads(self.kubectl("get", *args, "-o", "json"))
+
+    def new_namespace(self) -> str:
+        name = f"e2e-{uuid.uuid4().hex[:6]}"
+        self.kubectl("create", "namespace", name)
+        return name
+
+    def apply_example(self, example: str, ns: str, **changes: Any) -> dict[str, Any]:
+        """`kubectl apply` of examples/cpu/<example>.yaml, placed on the real node."""
+        job = yaml.safe_load((REPO / "examples" / "cpu" / f"{example}.yaml").read_text())
+        place_on_real_node(job, cpu="250m")
+        for path, value in changes.items():  # e.g. trainer__steps=600
+            *parents, leaf = path.split("__")
+            node = job["spec"]
+            for p in parents:
+                node = node.setdefault(p, {})
+            node[leaf] = value
+        self.kubectl("apply", "-n", ns, "-f", "-", stdin=yaml.safe_dump(job))
+        return job
+
+    def job(self, ns: str, name: str) -> dict[str, Any]:
+        return self.get("dtj", "-n", ns, name)
+
+
+def watch_job(e2e: E2E, ns: str, name: str, timeout: float, on_poll: Any = None) -> dict[str, Any]:
+    """Poll until the job is terminal; on_poll(job, printed_row) sees every observation."""
+    deadline = time.monotonic() + timeout
+    while True:
+        job = e2e.job(ns, name)
+        row = e2e.kubectl("get", "dtj", "-n", ns, name, "--no-headers", check=False)
+        if on_poll:
+            on_poll(job, row)
+        phase = job.get("status", {}).get("phase")
+        if phase in ("Succeeded", "Failed"):
+            return job
+        if time.monotonic() > deadline:
+            pods = e2e.kubectl("get", "pods", "-n", ns, "-o", "wide", check=False)
+            raise AssertionError(f"{name} still {phase} after {timeout:.0f} s: "
+                                 f"{json.dumps(job.get('status'))[:1500]}\n{pods}")  # fmt: skip
+        time.sleep(2)
