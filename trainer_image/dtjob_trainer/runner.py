@@ -74,6 +74,8 @@ def run_process(env: DistEnv, result_file: str | None, verify_replicas: bool) ->
         stop.set()
 
     signal.signal(signal.SIGTERM, on_sigterm)
+    # Ctrl-C on a local launch reaches every process of the terminal: stop the same way.
+    signal.signal(signal.SIGINT, on_sigterm)
     try:
         return _train(env, result_file, verify_replicas, stop, training)
     except TrainerError as exc:
