@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import logging
+import os
+import socket
 
 import kopf
 
 from dtjob_operator import handlers
 from dtjob_operator.k8s import KubeApi, load_client_config
+from dtjob_operator.leader import LeaderElector
 from dtjob_operator.metrics import OperatorMetrics
 from dtjob_operator.reconcile import Reconciler
 from dtjob_operator.settings import OperatorSettings
@@ -23,18 +26,32 @@ def main() -> None:
     logging.getLogger("kopf").setLevel(
         max(logging.WARNING, logging.getLevelName(settings.log_level))
     )
-    reconciler = Reconciler(KubeApi(load_client_config()), settings, OperatorMetrics())
+    api = KubeApi(load_client_config())
+    elector: LeaderElector | None = None
+    if not settings.standalone:
+        namespace = (
+            settings.leader_election_namespace or os.environ.get("POD_NAMESPACE") or "default"
+        )
+        identity = f"{socket.gethostname()}-{os.getpid()}"
+        elector = LeaderElector(api, namespace, settings.peering_name, identity,
+                                settings.leader_lease_seconds)  # fmt: skip
+    reconciler = Reconciler(
+        api, settings, OperatorMetrics(), elector.is_leader if elector else lambda: True
+    )
+    if elector is not None:
+        elector.on_started_leading = reconciler.enqueue_all
+        elector.start()
     registry = kopf.OperatorRegistry()
     handlers.register(registry, reconciler, settings)
+    # kopf itself always runs standalone: every replica watches, and our Lease decides which
+    # one acts (kopf's peering would pause watches but not our worker threads).
     kopf.run(
         registry=registry,
         clusterwide=not settings.namespaces,
         namespaces=settings.namespaces,
         liveness_endpoint=settings.liveness_endpoint or None,
-        standalone=settings.standalone,
-        # A peering name makes peering mandatory in kopf, which would pause a standalone
-        # operator forever waiting for the peering CRD.
-        peering_name=None if settings.standalone else settings.peering_name,
+        standalone=True,
+        peering_name=None,
     )
 
 

@@ -55,6 +55,11 @@ def register(
         if namespace:
             reconciler.queue.add((namespace, labels[LABEL_JOB_NAME]))
 
+    # A quota raised (or lowered) changes what may be admitted, without restarting anything.
+    @kopf.on.event("", "v1", "resourcequotas", registry=registry)
+    def on_quota_event(**_: Any) -> None:
+        reconciler.request_admission()
+
     # The trainer writes progress into a per-job ConfigMap; its change is a reason to look.
     @kopf.on.event("", "v1", "configmaps", labels={LABEL_JOB_NAME: kopf.PRESENT}, registry=registry)
     def on_config_map_event(namespace: str | None, labels: Mapping[str, str], **_: Any) -> None:

@@ -47,6 +47,8 @@ class KubeApi:
         self.core = client.CoreV1Api(api_client)
         self.rbac = client.RbacAuthorizationV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
+        self.scheduling = client.SchedulingV1Api(api_client)
+        self.coordination = client.CoordinationV1Api(api_client)
 
     # -- reads --------------------------------------------------------------------------
 
@@ -69,6 +71,77 @@ class KubeApi:
             namespace, label_selector=f"{LABEL_JOB_NAME}={job_name}", _preload_content=False
         )
         return _items(resp)
+
+    # -- what the admission reads (cluster-wide lists, raw JSON) -------------------------
+
+    def list_jobs(self, namespaces: list[str] | None = None) -> list[Obj]:
+        """Every DistributedTrainingJob, or those of `namespaces`."""
+        if not namespaces:
+            resp = self.custom.list_cluster_custom_object(
+                GROUP, VERSION, PLURAL, _preload_content=False
+            )
+            return _items(resp)
+        jobs: list[Obj] = []
+        for ns in namespaces:
+            resp = self.custom.list_namespaced_custom_object(
+                GROUP, VERSION, ns, PLURAL, _preload_content=False
+            )
+            jobs.extend(_items(resp))
+        return jobs
+
+    def list_all_pods(self) -> list[Obj]:
+        """Every pod not yet finished, cluster-wide (what holds node and quota room)."""
+        resp = self.core.list_pod_for_all_namespaces(
+            field_selector="status.phase!=Succeeded,status.phase!=Failed", _preload_content=False
+        )
+        return _items(resp)
+
+    def list_nodes(self) -> list[Obj]:
+        """Every node."""
+        return _items(self.core.list_node(_preload_content=False))
+
+    def list_resource_quotas(self) -> list[Obj]:
+        """Every ResourceQuota, cluster-wide."""
+        return _items(self.core.list_resource_quota_for_all_namespaces(_preload_content=False))
+
+    def list_priority_classes(self) -> list[Obj]:
+        """Every PriorityClass."""
+        return _items(self.scheduling.list_priority_class(_preload_content=False))
+
+    # -- leader election ----------------------------------------------------------------
+
+    def get_lease(self, namespace: str, name: str) -> Obj | None:
+        """The Lease as raw JSON, or None."""
+        try:
+            resp = self.coordination.read_namespaced_lease(name, namespace, _preload_content=False)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        lease: Obj = json.loads(cast(Any, resp).data)
+        return lease
+
+    def create_lease(self, namespace: str, body: Obj) -> bool:
+        """Create the Lease; False when another replica created it first."""
+        try:
+            self.coordination.create_namespaced_lease(namespace, cast(Any, body))
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise
+        return True
+
+    def replace_lease(self, namespace: str, body: Obj) -> bool:
+        """Replace the Lease at its resourceVersion; False when someone else wrote it first."""
+        try:
+            self.coordination.replace_namespaced_lease(
+                body["metadata"]["name"], namespace, cast(Any, body)
+            )
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise
+        return True
 
     def list_config_maps(self, namespace: str, job_name: str) -> list[Obj]:
         """ConfigMaps labelled as belonging to the job, as raw JSON."""

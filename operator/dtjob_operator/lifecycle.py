@@ -15,7 +15,11 @@ Reading order (each step returns when it decides):
 3. Invalid spec: Failed with reason InvalidSpec and every error's field in the message; no
    children are created.
 4. spec.suspend: delete every pod, phase Suspended; the deadline clock stops (startTime is
-   cleared, as batch/v1 Jobs do); unsuspending resumes with a fresh gang.
+   cleared, as batch/v1 Jobs do); unsuspending resumes with a fresh gang. Under the built-in
+   admission a suspended job gives up its admission and queues again when resumed.
+4b. Preempted by the admission for a higher-priority job: delete every pod (SIGTERM: the
+   trainer checkpoints), phase Suspended with reason Preempted, Admitted False; the job
+   waits in the queue and resumes from its checkpoint once admitted again.
 5. activeDeadlineSeconds passed since startTime: Failed/DeadlineExceeded, pods deleted.
 6. A failure in the current gang (pods labelled generation == status.restarts): permanent
    -> Failed at once; retryable -> restarts+1 (Failed/BackoffLimitExceeded past
@@ -23,10 +27,13 @@ Reading order (each step returns when it decides):
    that is deleted or vanishes counts as a retryable failure too (eviction, node drain).
 7. Success per the success policy: Succeeded; still-running pods (parameter servers) stop.
 8. Gang started (Starting/Running): recreate anything missing, Running once all pods are
-   ready.
-9. Otherwise start the gang (Pending, Queued, Restarting, resumed): wait for admission, for
-   the restart backoff, and for every pod of an older gang to be gone (the new pods reuse
-   their names), then create the whole gang at once -> Starting.
+   ready. Under the built-in admission, a gang not all ready within the pods-ready timeout
+   of its first pod's creation is released (pods deleted) and the job re-queued (phase
+   Queued, Admitted False/PodsReadyTimeout, status.admission.requeues + 1).
+9. Otherwise start the gang (Pending, Queued, Restarting, resumed): wait for admission
+   (phase Queued with the admission's message and status.queuePosition), for the restart
+   backoff, and for every pod of an older gang to be gone (the new pods reuse their
+   names), then create the whole gang at once -> Starting.
 
 A job is never stuck: every waiting branch returns a requeue_after.
 """
@@ -35,7 +42,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from dtjob_operator.api.spec import DistributedTrainingJobSpec, RunPolicy
@@ -60,6 +67,8 @@ from dtjob_operator.constants import (
     REASON_POD_FAILED_PERMANENT,
     REASON_PODS_NOT_READY,
     REASON_PODS_READY,
+    REASON_PODS_READY_TIMEOUT,
+    REASON_PREEMPTED,
     REASON_RESUMED,
     REASON_SUSPENDED,
     REASON_WAITING_FOR_ADMISSION,
@@ -80,7 +89,7 @@ from dtjob_operator.policies.pods import (
     stale_pods,
 )
 from dtjob_operator.policies.success_policy import SuccessVerdict, judge_success
-from dtjob_operator.policies.times import parse_time, seconds_until
+from dtjob_operator.policies.times import format_time, parse_time, seconds_until
 from dtjob_operator.settings import OperatorSettings
 from dtjob_operator.status import ConditionUpdate, StatusDecision, compute_status, progress_of
 
@@ -107,6 +116,12 @@ class Observed:
     """Gang admission: False holds a job that has no gang yet in phase Queued (no pods)."""
     admission_message: str = ""
     """Why the job is not admitted yet (shown in the Admitted condition)."""
+    admission_reason: str = REASON_WAITING_FOR_ADMISSION
+    """Reason of the Admitted=False condition while the job waits."""
+    queue_position: int | None = None
+    """The job's position in its namespace's admission queue while it waits."""
+    preempted: str | None = None
+    """Set by the admission to suspend this job for a higher-priority one: the message."""
 
 
 @dataclass(frozen=True)
@@ -165,6 +180,9 @@ class _Planner:
         self.delete: set[str] = set()
         self.events: list[Event] = []
         self.requeue: list[float] = []
+        self.queue_position: int | None = None
+        self.admission: dict[str, Any] = dict(self.prior.get("admission") or {})
+        self.builtin_admission = settings.admission == "builtin"
 
     # -- the decision, top to bottom -----------------------------------------------------
 
@@ -185,7 +203,9 @@ class _Planner:
         self.gang = gang_of(self.o.pods, self.restarts)
         if self.spec.suspend:
             return self._suspend()
-        if self.prior_phase == JobPhase.SUSPENDED:
+        if self.o.preempted is not None:
+            return self._preempt(self.o.preempted)
+        if self.prior_phase == JobPhase.SUSPENDED and not self._waiting_after_preemption():
             self._condition(CONDITION_SUSPENDED, False, REASON_RESUMED, "the job was resumed")
             self._event(EVENT_NORMAL, REASON_RESUMED, "the job was resumed")
         run_policy = self.spec.runPolicy
@@ -217,8 +237,61 @@ class _Planner:
         self._condition(CONDITION_RUNNING, False, REASON_SUSPENDED, message)
         if self.prior_phase != JobPhase.SUSPENDED:
             self._event(EVENT_NORMAL, REASON_SUSPENDED, message)
+        if self.builtin_admission and self._had_condition(CONDITION_ADMITTED):
+            self._condition(CONDITION_ADMITTED, False, REASON_SUSPENDED, message)
         self.gang = []
         return self._render()
+
+    def _preempt(self, message: str) -> Plan:
+        """The admission suspends this job for a higher-priority one (see the docstring)."""
+        self.delete.update(live_names(self.o.pods))
+        self.phase = JobPhase.SUSPENDED
+        self._condition(CONDITION_SUSPENDED, True, REASON_PREEMPTED, message)
+        self._condition(CONDITION_RUNNING, False, REASON_PREEMPTED, message)
+        self._condition(CONDITION_ADMITTED, False, REASON_PREEMPTED, message)
+        self._event(EVENT_WARNING, REASON_PREEMPTED, message)
+        self.admission["preemptions"] = int(self.admission.get("preemptions") or 0) + 1
+        self.gang = []
+        self.requeue.append(self.settings.resync_seconds)
+        return self._render()
+
+    def _release_unready(self, ready: int, total: int) -> Plan:
+        """Pods-ready timeout: give the GPUs back and queue again (with backoff)."""
+        timeout = self.settings.pods_ready_timeout_seconds
+        requeues = int(self.admission.get("requeues") or 0) + 1
+        self.admission.update(requeues=requeues, lastRequeueTime=format_time(self.now))
+        message = (
+            f"only {ready}/{total} pods were ready {timeout:.0f}s after the gang was created: "
+            f"its pods are released and the job is re-queued (re-queue {requeues})"
+        )
+        self.delete.update(live_names(self.o.pods))
+        self.phase = JobPhase.QUEUED
+        self._condition(CONDITION_ADMITTED, False, REASON_PODS_READY_TIMEOUT, message)
+        self._condition(CONDITION_RUNNING, False, REASON_PODS_READY_TIMEOUT, message)
+        self._event(EVENT_WARNING, REASON_PODS_READY_TIMEOUT, message)
+        self.gang = []
+        self.requeue.append(self.settings.resync_seconds)
+        return self._render()
+
+    def _waiting_after_preemption(self) -> bool:
+        """Preempted earlier and not admitted again yet: the job stays Suspended."""
+        if self.o.admitted:
+            return False
+        return any(
+            c.get("type") == CONDITION_SUSPENDED
+            and c.get("reason") == REASON_PREEMPTED
+            and c.get("status") == "True"
+            for c in self.prior.get("conditions") or []
+        )
+
+    def _pods_ready_deadline(self) -> datetime | None:
+        """When the current gang must be all ready (built-in admission only)."""
+        timeout = self.settings.pods_ready_timeout_seconds
+        if not self.builtin_admission or timeout <= 0 or not self.gang:
+            return None
+        created = [parse_time(p["metadata"].get("creationTimestamp")) for p in self.gang]
+        known = [c for c in created if c is not None]
+        return min(known) + timedelta(seconds=timeout) if known else None
 
     def _on_failure(self, verdict: FailureVerdict, policy: RunPolicy) -> Plan:
         if not verdict.retryable:
@@ -284,6 +357,11 @@ class _Planner:
                 self._condition(CONDITION_RESTARTING, False, REASON_PODS_READY, message)
             self._event(EVENT_NORMAL, REASON_PODS_READY, message)
         else:
+            deadline = self._pods_ready_deadline()
+            if deadline is not None and self.now >= deadline:
+                return self._release_unready(ready, total)
+            if deadline is not None:
+                self.requeue.append(seconds_until(deadline, self.now))
             self.phase = JobPhase.STARTING
             message = f"{ready}/{total} pods ready"
             self._condition(CONDITION_RUNNING, False, REASON_PODS_NOT_READY, message)
@@ -292,11 +370,19 @@ class _Planner:
 
     def _start_gang(self, policy: RunPolicy) -> Plan:
         if not self.o.admitted:
-            self.phase = JobPhase.QUEUED
+            preempted = self._waiting_after_preemption()
+            self.phase = JobPhase.SUSPENDED if preempted else JobPhase.QUEUED
             message = self.o.admission_message or "waiting for the whole gang to fit"
-            self._condition(CONDITION_ADMITTED, False, REASON_WAITING_FOR_ADMISSION, message)
-            if self.prior_phase != JobPhase.QUEUED:
-                self._event(EVENT_NORMAL, REASON_WAITING_FOR_ADMISSION, message)
+            reason = self.o.admission_reason
+            prior = self._prior_condition(CONDITION_ADMITTED)
+            if preempted and self.o.admission_reason == REASON_WAITING_FOR_ADMISSION:
+                reason = REASON_PREEMPTED  # keep saying why it stopped while it waits
+            self._condition(CONDITION_ADMITTED, False, reason, message)
+            if not preempted and (
+                self.prior_phase != JobPhase.QUEUED or prior.get("reason") != reason
+            ):
+                self._event(EVENT_NORMAL, reason, message)
+            self.queue_position = self.o.queue_position
             self.requeue.append(self.settings.resync_seconds)
             return self._render()
         self._condition(CONDITION_ADMITTED, True, REASON_ADMITTED, "the whole gang may start")
@@ -374,6 +460,12 @@ class _Planner:
         if self._had_condition(CONDITION_RESTARTING):
             self._condition(CONDITION_RESTARTING, False, reason, message)
 
+    def _prior_condition(self, type_: str) -> Mapping[str, Any]:
+        for c in self.prior.get("conditions") or []:
+            if c.get("type") == type_:
+                return c  # type: ignore[no-any-return]
+        return {}
+
     def _had_condition(self, type_: str) -> bool:
         return any(c.get("type") == type_ for c in self.prior.get("conditions") or [])
 
@@ -416,6 +508,10 @@ class _Planner:
             observed_generation=self.meta.get("generation"),
             progress=self.o.progress,
         )
+        if self.queue_position is not None:
+            status["queuePosition"] = self.queue_position
+        if self.admission:
+            status["admission"] = self.admission
         return Plan(
             status=status,
             create=self.create,

@@ -10,7 +10,7 @@ from dtjob_operator.api.status import JobPhase
 
 
 class OperatorMetrics:
-    """Jobs by phase, gang restarts, pods created and reconcile latency."""
+    """Jobs by phase, gang restarts, pods created, reconcile latency and admission."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -32,6 +32,44 @@ class OperatorMetrics:
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
             registry=self.registry,
         )
+        # Gang admission (docs/admission.md).
+        self.queued = Gauge(
+            "dtjob_admission_queued_jobs",
+            "Jobs waiting for admission, by namespace",
+            ["namespace"],
+            registry=self.registry,
+        )
+        self.admitted_gpus = Gauge(
+            "dtjob_admission_admitted_gpus",
+            "nvidia.com/gpu requested by the gangs of admitted jobs, by namespace",
+            ["namespace"],
+            registry=self.registry,
+        )
+        self.admission_wait_seconds = Histogram(
+            "dtjob_admission_wait_seconds",
+            "Time from a job's creation (or re-queue) to its admission",
+            ["namespace"],
+            buckets=(1, 5, 15, 30, 60, 300, 900, 1800, 3600, 7200, 21600, 86400),
+            registry=self.registry,
+        )
+        self.admission_pass_seconds = Histogram(
+            "dtjob_admission_pass_duration_seconds",
+            "Time of one admission pass (gather + decide for every waiting job)",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+            registry=self.registry,
+        )
+        self.preemptions = Counter(
+            "dtjob_admission_preemptions",
+            "Jobs suspended for higher-priority jobs",
+            registry=self.registry,
+        )
+        self.pods_ready_timeouts = Counter(
+            "dtjob_admission_pods_ready_timeouts",
+            "Admitted gangs released because their pods were not ready in time",
+            ["namespace"],
+            registry=self.registry,
+        )
+        self._admission_namespaces: set[str] = set()
         self._phases: dict[tuple[str, str], str] = {}
         self._lock = threading.Lock()
 
@@ -47,6 +85,16 @@ class OperatorMetrics:
                 counts[value] = counts.get(value, 0) + 1
         for value, count in counts.items():
             self.jobs.labels(phase=value).set(count)
+
+    def set_admission_state(self, queued: dict[str, int], gpus: dict[str, int]) -> None:
+        """Queued jobs and admitted GPUs per namespace after an admission pass; namespaces
+        that dropped out are set to 0."""
+        with self._lock:
+            names = self._admission_namespaces | set(queued) | set(gpus)
+            self._admission_namespaces = set(queued) | set(gpus)
+        for ns in names:
+            self.queued.labels(namespace=ns).set(queued.get(ns, 0))
+            self.admitted_gpus.labels(namespace=ns).set(gpus.get(ns, 0))
 
     def serve(self, port: int) -> None:
         """Expose /metrics on all interfaces of the pod at `port`."""

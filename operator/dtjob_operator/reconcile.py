@@ -14,6 +14,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
@@ -21,14 +22,28 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from dtjob_operator import lifecycle
+from dtjob_operator.admission.controller import AdmissionBook, AdmissionController
+from dtjob_operator.api.status import TERMINAL_PHASES
+from dtjob_operator.constants import (
+    CONDITION_ADMITTED,
+    EVENT_NORMAL,
+    REASON_ADMITTED,
+    REASON_PODS_READY_TIMEOUT,
+    STATUS_TRUE,
+)
 from dtjob_operator.k8s import KubeApi, Obj
 from dtjob_operator.metrics import OperatorMetrics
 from dtjob_operator.naming import progress_config_map_name
+from dtjob_operator.policies.times import parse_time
 from dtjob_operator.settings import OperatorSettings
 from dtjob_operator.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
 JobKey = tuple[str, str]  # (namespace, name)
+
+# How soon a replica that does not lead looks at a key again (it drops nothing: when it
+# becomes the leader every key is still, or again, in its queue).
+NOT_LEADER_RETRY = 2.0
 
 # Retry delays after an API error: short first (a conflict usually clears at once), capped
 # so a broken job is retried every few minutes rather than hammering the API server.
@@ -57,6 +72,20 @@ def read_progress(job_name: str, config_maps: list[Obj]) -> dict[str, Any] | Non
     return None
 
 
+def _admitted(status: dict[str, Any]) -> bool:
+    return any(
+        c.get("type") == CONDITION_ADMITTED and c.get("status") == STATUS_TRUE
+        for c in status.get("conditions") or []
+    )
+
+
+def _admitted_reason(status: dict[str, Any]) -> str | None:
+    for c in status.get("conditions") or []:
+        if c.get("type") == CONDITION_ADMITTED:
+            return str(c.get("reason"))
+    return None
+
+
 def status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     """A merge patch that turns `old` into `new` (keys only in `old` are set to None)."""
     patch: dict[str, Any] = dict(new)
@@ -69,11 +98,24 @@ def status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 class Reconciler:
     """Applies lifecycle plans for jobs taken off the work queue."""
 
-    def __init__(self, api: KubeApi, settings: OperatorSettings, metrics: OperatorMetrics) -> None:
+    def __init__(
+        self,
+        api: KubeApi,
+        settings: OperatorSettings,
+        metrics: OperatorMetrics,
+        is_leader: Callable[[], bool] = lambda: True,
+    ) -> None:
         self.api = api
         self.settings = settings
         self.metrics = metrics
+        self.is_leader = is_leader
         self.queue = WorkQueue()
+        self.book = AdmissionBook()
+        self.admission: AdmissionController | None = None
+        if settings.admission == "builtin":
+            self.admission = AdmissionController(
+                api, settings, metrics, self.book, self.queue.add, is_leader
+            )
         # Children that are created once per job and never change (Service, RBAC): after a
         # successful create-or-exists we stop re-creating them on every pass.
         self._ensured: dict[str, set[tuple[str, str]]] = {}
@@ -90,10 +132,25 @@ class Reconciler:
             t = threading.Thread(target=self._work, name=f"reconcile-{i}", daemon=True)
             t.start()
             self._threads.append(t)
+        if self.admission is not None:
+            self.admission.start()
+
+    def request_admission(self) -> None:
+        """Something that can change admission happened (e.g. a quota changed)."""
+        if self.admission is not None:
+            self.admission.request()
+
+    def enqueue_all(self) -> None:
+        """Look at every job again (a replica that has just become the leader)."""
+        for job in self.api.list_jobs(self.settings.namespaces or None):
+            self.queue.add((job["metadata"]["namespace"], job["metadata"]["name"]))
+        self.request_admission()
 
     def stop(self) -> None:
         """Stop the worker threads (after their current reconcile)."""
         self.queue.shutdown()
+        if self.admission is not None:
+            self.admission.stop()
         for t in self._threads:
             t.join(timeout=30)
         self._threads.clear()
@@ -106,6 +163,9 @@ class Reconciler:
                 return
             assert isinstance(key, tuple)
             try:
+                if not self.is_leader():
+                    self.queue.add_after(key, NOT_LEADER_RETRY)
+                    continue
                 self._reconcile_and_requeue(key)
             finally:
                 self.queue.done(key)
@@ -157,12 +217,24 @@ class Reconciler:
         existing = {("ConfigMap", c["metadata"]["name"]) for c in config_maps}
         existing |= self._ensured.get(uid, set())
 
+        admission: dict[str, Any] = {}
+        if self.admission is not None:
+            view = self.book.view(job)
+            admission = {
+                "admitted": view.admitted,
+                "admission_message": view.message,
+                "queue_position": view.position,
+                "preempted": view.preempted,
+            }
+            if view.reason:
+                admission["admission_reason"] = view.reason
         observed = lifecycle.Observed(
             job=job,
             pods=pods,
             children=existing,
             progress=read_progress(name, config_maps),
             now=datetime.now(UTC),
+            **admission,
         )
         plan = lifecycle.plan(observed, self.settings)
 
@@ -188,13 +260,46 @@ class Reconciler:
             self.api.patch_status(namespace, name, status_patch(old_status, plan.status))
             if plan.status.get("restarts", 0) > old_status.get("restarts", 0):
                 self.metrics.restarts.labels(namespace=namespace).inc()
+        self._after_admission_step(job, old_status, plan.status, bool(plan.delete_pods))
         for event in plan.events:
             self.api.emit_event(job, event.type, event.reason, event.message)
         self.metrics.observe_phase(key, plan.status.get("phase"))
         return plan.requeue_after
+
+    def _after_admission_step(
+        self, job: Obj, old: dict[str, Any], new: dict[str, Any], deleted_pods: bool
+    ) -> None:
+        """Keep the AdmissionBook in step with what the status now says, and ask for a pass
+        when room was freed or a job waits."""
+        if self.admission is None:
+            return
+        uid = job["metadata"]["uid"]
+        was, now = _admitted(old), _admitted(new)
+        if (was and not now) or new.get("phase") in TERMINAL_PHASES:
+            self.book.forget(uid)
+        if now and not was:
+            # The planner's events are per transition of the job; admission is the
+            # executor's news (the planner cannot tell a pass's admission from a restart).
+            self.api.emit_event(job, EVENT_NORMAL, REASON_ADMITTED, "the whole gang fits")
+            since = (old.get("admission") or {}).get("lastRequeueTime")
+            created = parse_time(since) or parse_time(job["metadata"].get("creationTimestamp"))
+            if created is not None:
+                wait = (datetime.now(UTC) - created).total_seconds()
+                ns = job["metadata"]["namespace"]
+                self.metrics.admission_wait_seconds.labels(namespace=ns).observe(wait)
+        if (
+            _admitted_reason(new) == REASON_PODS_READY_TIMEOUT
+            and _admitted_reason(old) != REASON_PODS_READY_TIMEOUT
+        ):
+            self.metrics.pods_ready_timeouts.labels(namespace=job["metadata"]["namespace"]).inc()
+        changed = deleted_pods or was != now or old.get("phase") != new.get("phase")
+        if changed or (not now and uid not in self.book):  # or it waits for a first pass
+            self.admission.request()
 
     def _forget(self, key: JobKey, job: Obj | None) -> None:
         self.metrics.observe_phase(key, None)
         self._failures.pop(key, None)
         if job is not None:
             self._ensured.pop(job["metadata"]["uid"], None)
+            self.book.forget(job["metadata"]["uid"])
+        self.request_admission()  # its pods and reservation free room

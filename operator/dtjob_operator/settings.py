@@ -4,7 +4,7 @@ Built once at start-up and passed to whatever needs it; nothing reads a global. 
 choices belong in the job spec; only what a job cannot or should not choose lives here.
 """
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -29,9 +29,10 @@ class OperatorSettings(BaseSettings):
     log_level: str = Field(default="INFO", pattern=r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL)$")
     """Python log level."""
     standalone: bool = False
-    """Run without kopf peering (one replica, no peering objects needed)."""
+    """Run as the only replica; false elects a leader through a coordination.k8s.io Lease
+    so that of several replicas only one reconciles and admits at a time."""
     peering_name: str = "dtjob-operator"
-    """kopf peering object name, shared by the replicas of one deployment."""
+    """Name of the leader-election Lease, shared by the replicas of one deployment."""
     workers: int = Field(default=4, ge=1, le=64)
     """Reconcile worker threads (each job is reconciled by one worker at a time)."""
     api_concurrency: int = Field(default=16, ge=1, le=128)
@@ -49,6 +50,28 @@ class OperatorSettings(BaseSettings):
     """While a job runs, how often its progress is copied into status at the latest."""
     resync_seconds: float = Field(default=10.0, gt=0, le=3600)
     """How often a job that waits for something unwatched (pods to vanish) is looked at."""
+
+    admission: Literal["builtin", "external"] = "builtin"
+    """Gang admission: "builtin" admits a job only when its whole gang fits the namespace's
+    ResourceQuota and the Ready nodes (docs/admission.md); "external" leaves admission to a
+    queue manager such as Kueue, which holds jobs with spec.suspend."""
+    pods_ready_timeout_seconds: float = Field(default=300.0, ge=0, le=86400)
+    """Built-in admission: an admitted gang not all ready this long after its first pod was
+    created is released and re-queued with backoff; 0 turns it off."""
+    requeue_backoff_seconds: float = Field(default=10.0, ge=0, le=3600)
+    """Delay before a released job may be admitted again; doubled per further re-queue."""
+    max_requeue_backoff_seconds: float = Field(default=300.0, ge=0, le=86400)
+    """Upper bound of the re-queue delay."""
+    preemption: bool = True
+    """Built-in admission: a job that does not fit may suspend lower-priority jobs of its
+    namespace (PriorityClass preemptionPolicy: Never opts a class out)."""
+    admission_min_interval_seconds: float = Field(default=0.1, ge=0, le=60)
+    """Least time between two admission passes (bursts of events share one pass)."""
+    leader_election_namespace: str = ""
+    """Namespace of the leader-election Lease when standalone is false (default: the
+    operator pod's namespace from POD_NAMESPACE, else "default")."""
+    leader_lease_seconds: float = Field(default=15.0, gt=0, le=600)
+    """How long a leader's Lease lasts without renewal before another replica takes over."""
 
     @field_validator("namespaces", mode="before")
     @classmethod

@@ -287,7 +287,11 @@ def job_view(
         admitted=admitted(job),
         can_preempt=can_preempt,
         not_before=not_before(job),
-        missing=tuple(g.demand for g in gang if g.name not in current),
+        # A Running gang was complete: a pod missing now has finished (finished pods are
+        # not listed), so it reserves nothing.
+        missing=()
+        if status.get("phase") == JobPhase.RUNNING.value
+        else tuple(g.demand for g in gang if g.name not in current),
         unscheduled=tuple(
             g.demand
             for g in gang

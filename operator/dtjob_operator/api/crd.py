@@ -41,6 +41,7 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Strategy", "type": "string", "jsonPath": ".spec.strategy.type"},
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
     {"name": "Ready", "type": "string", "jsonPath": ".status.ready"},
+    {"name": "Queue", "type": "integer", "jsonPath": ".status.queuePosition"},
     {"name": "Step", "type": "integer", "jsonPath": ".status.progress.step"},
     {"name": "Loss", "type": "number", "jsonPath": ".status.progress.loss"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},

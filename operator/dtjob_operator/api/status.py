@@ -82,6 +82,17 @@ class Progress(ApiModel):
     """When the trainer last reported."""
 
 
+class AdmissionStatus(ApiModel):
+    """What the built-in gang admission did to the job (docs/admission.md)."""
+
+    requeues: int = 0
+    """Times the admitted gang was released because its pods were not all ready in time."""
+    lastRequeueTime: str | None = None
+    """When it was last released (the re-queue backoff counts from here)."""
+    preemptions: int = 0
+    """Times the job was suspended for a higher-priority job."""
+
+
 class DistributedTrainingJobStatus(ApiModel):
     """Observed state of the job."""
 
@@ -105,3 +116,7 @@ class DistributedTrainingJobStatus(ApiModel):
     """Training progress from rank 0."""
     observedGeneration: int | None = None
     """The spec generation the status was computed from."""
+    queuePosition: int | None = None
+    """While waiting for admission: the job's place in its namespace's queue (1 is next)."""
+    admission: AdmissionStatus | None = None
+    """Re-queues and preemptions by the built-in admission."""

@@ -83,6 +83,7 @@ def test_printer_columns(generated: dict[str, Any]) -> None:
         "Strategy": ("string", ".spec.strategy.type"),
         "Phase": ("string", ".status.phase"),
         "Ready": ("string", ".status.ready"),
+        "Queue": ("integer", ".status.queuePosition"),
         "Step": ("integer", ".status.progress.step"),
         "Loss": ("number", ".status.progress.loss"),
         "Age": ("date", ".metadata.creationTimestamp"),

@@ -1,0 +1,245 @@
+"""The admission's side effects: gather a snapshot, run a pass, hand out the verdicts.
+
+One thread runs passes, one at a time (decisions are serialised), whenever something that
+can change them happens (a job waits, a job stops, a quota changes) and at least every
+`resync_seconds`; bursts of requests share one pass. A pass lists jobs, live pods, nodes,
+ResourceQuotas and PriorityClasses fresh from the API server, so it never decides on a
+stale cache, and an operator restart needs no state: admissions are in the jobs' status.
+
+Verdicts go into the AdmissionBook; the per-job reconcile reads it (admitted? position?
+preempted?) and writes the job's status, so the status has one writer. The book also keeps
+admissions the reconcile has not written yet, so the next pass counts them as reserved.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from dtjob_operator.admission.decide import Decisions, Verdict, decide
+from dtjob_operator.admission.resources import GPU
+from dtjob_operator.admission.snapshot import (
+    GangPod,
+    Snapshot,
+    build_snapshot,
+    gang_pods,
+    is_admitted,
+    requeue_not_before,
+)
+from dtjob_operator.k8s import KubeApi
+from dtjob_operator.metrics import OperatorMetrics
+from dtjob_operator.policies.times import parse_time
+from dtjob_operator.settings import OperatorSettings
+
+log = logging.getLogger(__name__)
+JobKey = tuple[str, str]
+Obj = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class AdmissionView:
+    """What the reconcile passes on to the planner for one job."""
+
+    admitted: bool
+    message: str = ""
+    reason: str = ""
+    position: int | None = None
+    preempted: str | None = None
+
+
+class AdmissionBook:
+    """Verdicts of the latest passes by job uid; thread-safe.
+
+    `forget(uid)` drops a job's entries once the reconcile has written what they said is
+    over (released, preempted, suspended, finished, deleted). A pass that began before a
+    forget does not bring the entries back (epochs)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._verdicts: dict[str, Verdict] = {}
+        self._preempt: dict[str, Verdict] = {}
+        self._forgotten: dict[str, int] = {}
+        self._epoch = 0
+
+    def epoch(self) -> int:
+        with self._lock:
+            return self._epoch
+
+    def record(self, decisions: Decisions, since: int) -> list[str]:
+        """Store a pass's verdicts; returns the uids whose verdict changed."""
+        changed = []
+        with self._lock:
+            for uid, verdict in decisions.verdicts.items():
+                if self._forgotten.get(uid, -1) >= since:
+                    continue
+                if self._verdicts.get(uid) != verdict:
+                    changed.append(uid)
+                self._verdicts[uid] = verdict
+            for uid, verdict in decisions.preempt.items():
+                if self._forgotten.get(uid, -1) >= since or uid in self._preempt:
+                    continue
+                self._preempt[uid] = verdict
+                changed.append(uid)
+        return changed
+
+    def view(self, job: Obj) -> AdmissionView:
+        """Admitted per status or a pass; else the waiting verdict (if any pass saw it)."""
+        uid = job["metadata"]["uid"]
+        status_admitted = is_admitted(job)
+        with self._lock:
+            preempt = self._preempt.get(uid)
+            verdict = self._verdicts.get(uid)
+        if preempt is not None and status_admitted:
+            return AdmissionView(False, preempted=preempt.message)
+        if status_admitted or (verdict is not None and verdict.admit):
+            return AdmissionView(True)
+        if verdict is None:
+            return AdmissionView(False, "waiting for the next admission pass")
+        return AdmissionView(False, verdict.message, verdict.reason, verdict.position)
+
+    def admitted(self, job: Obj) -> bool:
+        """What a pass counts as admitted (a job being preempted no longer is)."""
+        uid = job["metadata"]["uid"]
+        with self._lock:
+            if uid in self._preempt:
+                return False
+            verdict = self._verdicts.get(uid)
+        return is_admitted(job) or (verdict is not None and verdict.admit)
+
+    def forget(self, uid: str) -> None:
+        with self._lock:
+            self._epoch += 1
+            self._forgotten[uid] = self._epoch
+            self._verdicts.pop(uid, None)
+            self._preempt.pop(uid, None)
+
+    def __contains__(self, uid: object) -> bool:
+        with self._lock:
+            return uid in self._verdicts or uid in self._preempt
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._verdicts) + len(self._preempt)
+
+
+class AdmissionController:
+    """Runs admission passes on a thread of its own (see the module docstring)."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        settings: OperatorSettings,
+        metrics: OperatorMetrics,
+        book: AdmissionBook,
+        enqueue: Callable[[JobKey], None],
+        is_leader: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self.api = api
+        self.settings = settings
+        self.metrics = metrics
+        self.book = book
+        self.enqueue = enqueue
+        self.is_leader = is_leader
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._gangs: dict[tuple[str, object, object], list[GangPod] | None] = {}
+        self._pass_lock = threading.Lock()
+
+    def request(self) -> None:
+        """Ask for a pass soon (many requests before it starts make one pass)."""
+        self._wake.set()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="admission", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(timeout=self.settings.resync_seconds)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            if not self.is_leader():
+                continue
+            try:
+                self.run_pass()
+            except Exception:
+                log.exception("admission pass failed; retrying")
+                self._stop.wait(1.0)
+                self._wake.set()
+            self._stop.wait(self.settings.admission_min_interval_seconds)
+
+    # -- one pass -------------------------------------------------------------------------
+
+    def run_pass(self) -> Decisions:
+        """Gather, decide, record, wake the jobs whose verdict changed."""
+        with self._pass_lock:
+            started = time.monotonic()
+            since = self.book.epoch()
+            snapshot = self.gather()
+            decisions = decide(snapshot, preemption=self.settings.preemption)
+            changed = self.book.record(decisions, since)
+            for uid in changed:
+                self.enqueue(decisions.keys[uid])
+            for uid in decisions.preempt:
+                log.info("preempting %s/%s", *decisions.keys[uid])
+            self._observe(snapshot, decisions, time.monotonic() - started)
+            return decisions
+
+    def gather(self) -> Snapshot:
+        """List what the pass reads and fold it into a Snapshot."""
+        jobs = self.api.list_jobs(self.settings.namespaces or None)
+        pods = self.api.list_all_pods()
+        nodes = self.api.list_nodes()
+        quotas = self.api.list_resource_quotas()
+        classes = self.api.list_priority_classes()
+        live = {j["metadata"]["uid"] for j in jobs}
+        self._gangs = {k: v for k, v in self._gangs.items() if k[0] in live}
+        s = self.settings
+        return build_snapshot(
+            jobs=jobs,
+            pods=pods,
+            nodes=nodes,
+            quotas=quotas,
+            priority_classes=classes,
+            gang_of=self._gang_of,
+            admitted=self.book.admitted,
+            not_before=lambda job: requeue_not_before(
+                job, s.requeue_backoff_seconds, s.max_requeue_backoff_seconds, parse_time
+            ),
+            now=datetime.now(UTC),
+        )
+
+    def _gang_of(self, job: Obj) -> list[GangPod] | None:
+        # Building a gang's pod manifests is the costly part of a pass; the gang changes only
+        # with the spec (generation) or the gang generation (restarts).
+        meta = job["metadata"]
+        key = (meta["uid"], meta.get("generation"), (job.get("status") or {}).get("restarts"))
+        if key not in self._gangs:
+            self._gangs[key] = gang_pods(job, self.settings)
+        return self._gangs[key]
+
+    def _observe(self, snapshot: Snapshot, decisions: Decisions, seconds: float) -> None:
+        self.metrics.admission_pass_seconds.observe(seconds)
+        queued: dict[str, int] = {}
+        gpus: dict[str, int] = {}
+        newly = set(decisions.admitted)
+        for job in snapshot.jobs:
+            if job.admitted or job.uid in newly:
+                gpus[job.namespace] = gpus.get(job.namespace, 0) + job.need.get(GPU, 0)
+            else:
+                queued[job.namespace] = queued.get(job.namespace, 0) + 1
+        self.metrics.set_admission_state(queued, gpus)
+        self.metrics.preemptions.inc(len(decisions.preempt))

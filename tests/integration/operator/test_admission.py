@@ -1,0 +1,316 @@
+"""Gang admission on the real control plane: ResourceQuota, fake GPU nodes, KWOK pods.
+
+Each test runs its own operator (short timeouts) against a fresh namespace; KWOK plays the
+kubelet, and a small driver thread makes Running pods exit 0 after a while, as training
+pods finish on their own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from helpers.jobs import JOB_LABEL, JobBuilder, create_job, get_job, status, wait_phase
+from helpers.kube import (
+    EXIT_AFTER,
+    EXIT_CODE,
+    GPU,
+    fake_gpu_node,
+    unique,
+    wait_for,
+)
+from helpers.operator import OperatorProcess
+
+pytestmark = [pytest.mark.integration]
+
+OPERATOR_ENV = {
+    "DTJOB_TRAINER_IMAGE": "dtjob/trainer:test",
+    "DTJOB_PODS_READY_TIMEOUT_SECONDS": "8",
+    "DTJOB_REQUEUE_BACKOFF_SECONDS": "6",
+    "DTJOB_RESYNC_SECONDS": "2",
+    "DTJOB_WORKERS": "8",
+}
+
+
+@pytest.fixture(scope="module")
+def admission_operator(cluster, crd, tmp_path_factory) -> Iterator[OperatorProcess]:  # type: ignore[no-untyped-def]
+    log = tmp_path_factory.mktemp("operator") / "operator.log"
+    proc = OperatorProcess(cluster.kubeconfig, log, OPERATOR_ENV)
+    proc.start()
+    yield proc
+    proc.stop()
+    print(f"operator log: {log}")
+
+
+def set_quota(core: client.CoreV1Api, ns: str, gpus: int) -> None:
+    body = {
+        "metadata": {"name": "gpus"},
+        "spec": {"hard": {f"requests.{GPU}": str(gpus), "count/pods": "100"}},
+    }
+    try:
+        core.read_namespaced_resource_quota("gpus", ns)
+    except client.ApiException:
+        core.create_namespaced_resource_quota(ns, body)
+    else:
+        core.patch_namespaced_resource_quota("gpus", ns, body)
+    wait_for(
+        lambda: (
+            (core.read_namespaced_resource_quota("gpus", ns).status.hard or {}).get(
+                f"requests.{GPU}"
+            )
+            == str(gpus)
+        ),
+        what=f"quota of {gpus} GPUs in {ns} computed",
+    )
+
+
+def gang_job(name: str, pods: int, gpus: int, **spec: Any) -> dict[str, Any]:
+    job = JobBuilder(name).strategy("DataParallel").role("worker", pods, gpus=gpus)
+    return job.spec(**spec).build()
+
+
+def admitted_condition(st: dict[str, Any]) -> dict[str, Any]:
+    return next((c for c in st.get("conditions") or [] if c["type"] == "Admitted"), {})
+
+
+def live(pod: client.V1Pod) -> bool:
+    return pod.status.phase not in ("Succeeded", "Failed")
+
+
+def gpus_of(pod: client.V1Pod) -> int:
+    limits = pod.spec.containers[0].resources.limits or {}
+    return int(limits.get(GPU, 0))
+
+
+class Kubelet:
+    """Samples the namespace's pods continuously and makes Running pods exit 0 after
+    `run_for` (the KWOK exit annotations), as training that finishes on its own."""
+
+    def __init__(self, core: client.CoreV1Api, ns: str, run_for: str | None = "2s") -> None:
+        self.core, self.ns, self.run_for = core, ns, run_for
+        self.max_gpus = 0
+        self.first_seen: dict[str, float] = {}
+        self.gang_sizes: dict[str, set[int]] = {}
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self) -> Kubelet:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.sample()
+            except Exception as exc:  # keep sampling through API hiccups
+                self.errors.append(repr(exc))
+            self._stop.wait(0.2)
+
+    def sample(self) -> None:
+        pods = self.core.list_namespaced_pod(self.ns).items
+        alive = [p for p in pods if live(p)]
+        self.max_gpus = max(self.max_gpus, sum(gpus_of(p) for p in alive))
+        now = time.monotonic()
+        for p in pods:
+            job = (p.metadata.labels or {}).get(JOB_LABEL)
+            if job:
+                self.first_seen.setdefault(job, now)
+        for p in alive:
+            annotations = p.metadata.annotations or {}
+            if self.run_for and p.status.phase == "Running" and EXIT_CODE not in annotations:
+                patch = {"metadata": {"annotations": {EXIT_CODE: "0", EXIT_AFTER: self.run_for}}}
+                with contextlib.suppress(client.ApiException):
+                    self.core.patch_namespaced_pod(p.metadata.name, self.ns, patch)
+
+
+@pytest.fixture
+def priority_classes(cluster) -> Iterator[dict[str, str]]:  # type: ignore[no-untyped-def]
+    api = client.SchedulingV1Api(cluster.api)
+    names = {"high": unique("high"), "low": unique("low"), "urgent": unique("urgent")}
+    api.create_priority_class(
+        {"metadata": {"name": names["high"]}, "value": 1000, "preemptionPolicy": "Never"}
+    )
+    api.create_priority_class({"metadata": {"name": names["low"]}, "value": 10})
+    api.create_priority_class({"metadata": {"name": names["urgent"]}, "value": 100000})
+    yield names
+    for name in names.values():
+        api.delete_priority_class(name)
+
+
+@pytest.mark.usefixtures("admission_operator")
+def test_thirty_gangs_share_a_quota_whole_and_in_order(cluster, namespace, priority_classes):
+    core = cluster.core
+    set_quota(core, namespace, 16)
+    names = [f"j{i:02d}" for i in range(30)]
+    high = {"j25", "j26", "j27"}  # submitted last, admitted before the older normal jobs
+    with Kubelet(core, namespace) as kubelet:
+        for name in names:
+            spec = {"priorityClassName": priority_classes["high"]} if name in high else {}
+            create_job(cluster.api, namespace, gang_job(name, 2, 2, **spec))
+        for name in names:
+            wait_phase(cluster.api, namespace, name, "Succeeded", timeout=300)
+    assert not kubelet.errors[:3]
+    assert 0 < kubelet.max_gpus <= 16
+    for name in names:
+        st = status(cluster.api, namespace, name)
+        assert st["ready"] == "0/2" or st["replicaStatuses"]["worker"]["succeeded"] == 2
+        assert st.get("restarts", 0) == 0  # no pod was refused, no gang broke
+    # Admission order: the first batch went at once; after it, high priority first, then
+    # creation order (sampled every 0.2 s: equal first-seen times are one batch).
+    seen = sorted(names, key=lambda n: kubelet.first_seen[n])
+    first_batch = [n for n in seen if kubelet.first_seen[n] - min(kubelet.first_seen.values()) < 1]
+    later = [n for n in seen if n not in first_batch]
+    expected = sorted(later, key=lambda n: (n not in high, n))
+    ranks = {n: kubelet.first_seen[n] for n in later}
+    for a, b in itertools.pairwise(expected):
+        assert ranks[a] <= ranks[b] + 0.5, f"{a} admitted after {b}: {seen}"
+    events = core.list_namespaced_event(namespace).items
+    assert not [e for e in events if "exceeded quota" in (e.message or "")]
+
+
+@pytest.mark.usefixtures("admission_operator")
+def test_job_larger_than_quota_waits_with_numbers_smaller_jobs_pass_raise_admits(
+    cluster, namespace
+):
+    core = cluster.core
+    set_quota(core, namespace, 4)
+    create_job(cluster.api, namespace, gang_job("big", 2, 4))
+    create_job(cluster.api, namespace, gang_job("small", 1, 2))
+    wait_phase(cluster.api, namespace, "small", "Running")
+    st = wait_phase(cluster.api, namespace, "big", "Queued")
+    cond = admitted_condition(st)
+    assert cond["status"] == "False" and cond["reason"] == "Inadmissible"
+    assert (
+        f"needs 8 nvidia.com/gpu, more than the quota of namespace {namespace}" in (cond["message"])
+    )
+    assert st["queuePosition"] == 1
+    # 6 GPUs free of 8 after raising the quota: the message has the numbers, still queued.
+    set_quota(core, namespace, 8)
+    wait_for(
+        lambda: (
+            f"needs 8 nvidia.com/gpu, namespace {namespace} has 6 free of 8"
+            in admitted_condition(status(cluster.api, namespace, "big")).get("message", "")
+        ),
+        what="the queued job's message with the quota numbers",
+    )
+    # Raising it further admits the waiting job, nothing restarted.
+    set_quota(core, namespace, 16)
+    wait_phase(cluster.api, namespace, "big", "Running")
+    assert "queuePosition" not in status(cluster.api, namespace, "big")
+
+
+@pytest.fixture
+def fragmented_nodes(cluster) -> Iterator[str]:  # type: ignore[no-untyped-def]
+    label = unique("frag")
+    names = [f"{label}-{i}" for i in range(2)]
+    for name in names:
+        cluster.core.create_node(fake_gpu_node(name, 8, labels={"pool": label}, taint=label))
+    wait_for(
+        lambda: all(
+            any(
+                c.type == "Ready" and c.status == "True"
+                for c in cluster.core.read_node(n).status.conditions or []
+            )
+            for n in names
+        ),
+        what="fragmented nodes Ready",
+    )
+    yield label
+    for name in names:
+        cluster.core.delete_node(name)
+
+
+@pytest.mark.usefixtures("admission_operator")
+def test_gang_that_cannot_be_placed_is_released_and_requeued(cluster, namespace, fragmented_nodes):
+    core, label = cluster.core, fragmented_nodes
+    # Three pods that must each have a node of their own, on a pool of two nodes: enough
+    # GPUs in sum (admission does not model affinity), yet the third pod never schedules.
+    anti = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "labelSelector": {"matchLabels": {JOB_LABEL: "stuck"}},
+                    "topologyKey": "kubernetes.io/hostname",
+                }
+            ]
+        }
+    }
+    template = {
+        "nodeSelector": {"pool": label},
+        "tolerations": [{"key": label, "operator": "Exists"}],
+        "affinity": anti,
+    }
+    job = JobBuilder("stuck").role("worker", 3, gpus=2, template=template).build()
+    with Kubelet(core, namespace, run_for=None):
+        create_job(cluster.api, namespace, job)
+        wait_for(
+            lambda: len(core.list_namespaced_pod(namespace).items) == 3, what="the gang's pods"
+        )
+        st = wait_for(
+            lambda: (
+                (s := status(cluster.api, namespace, "stuck")).get("admission", {}).get("requeues")
+                and s.get("phase") == "Queued"
+                and s
+            ),
+            timeout=60,
+            what="the gang released by the pods-ready timeout",
+        )
+        assert admitted_condition(st)["reason"] == "PodsReadyTimeout"
+        # Its GPUs are free again: no live pod of the job on the pool.
+        wait_for(
+            lambda: not [p for p in core.list_namespaced_pod(namespace).items if live(p)],
+            what="the released pods gone",
+        )
+        events = core.list_namespaced_event(
+            namespace, field_selector="involvedObject.name=stuck"
+        ).items
+        assert any(e.reason == "PodsReadyTimeout" for e in events)
+        # After the backoff it is admitted again (and will be released again).
+        wait_phase(cluster.api, namespace, "stuck", "Starting", timeout=30)
+
+
+@pytest.mark.usefixtures("admission_operator")
+def test_high_priority_job_preempts_low_which_resumes_and_succeeds(
+    cluster, namespace, priority_classes
+):
+    core = cluster.core
+    set_quota(core, namespace, 8)
+    with Kubelet(core, namespace, run_for=None) as kubelet:
+        create_job(
+            cluster.api,
+            namespace,
+            gang_job("low", 2, 4, priorityClassName=priority_classes["low"]),
+        )
+        wait_phase(cluster.api, namespace, "low", "Running")
+        create_job(
+            cluster.api,
+            namespace,
+            gang_job("urgent", 2, 4, priorityClassName=priority_classes["urgent"]),
+        )
+        st = wait_phase(cluster.api, namespace, "low", "Suspended", timeout=30)
+        suspended = next(c for c in st["conditions"] if c["type"] == "Suspended")
+        assert suspended["reason"] == "Preempted" and "urgent" in suspended["message"]
+        wait_phase(cluster.api, namespace, "urgent", "Running", timeout=30)
+        assert status(cluster.api, namespace, "low")["phase"] == "Suspended"
+        assert status(cluster.api, namespace, "low")["admission"]["preemptions"] == 1
+        kubelet.run_for = "1s"  # now let pods finish: urgent first, then low resumes
+        wait_phase(cluster.api, namespace, "urgent", "Succeeded", timeout=60)
+        wait_phase(cluster.api, namespace, "low", "Succeeded", timeout=60)
+    assert kubelet.max_gpus <= 8
+    job = get_job(cluster.api, namespace, "low")
+    assert job is not None
+    assert any(
+        c["type"] == "Suspended" and c["reason"] == "Resumed" for c in job["status"]["conditions"]
+    )
