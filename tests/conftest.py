@@ -17,6 +17,7 @@ _BY_DIR = {"integration": pytest.mark.integration, "e2e": pytest.mark.e2e}
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     root = Path(__file__).parent
     for item in items:
-        parts = Path(item.path).relative_to(root).parts
+        path = Path(item.path)
+        parts = path.relative_to(root).parts if path.is_relative_to(root) else ()
         if parts and parts[0] in _BY_DIR:
             item.add_marker(_BY_DIR[parts[0]])
