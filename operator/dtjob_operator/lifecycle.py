@@ -223,7 +223,8 @@ class _Planner:
         success = judge_success(self.spec, self.gang)
         if success is not None:
             return self._succeed(success)
-        self._create_missing_support_objects()
+        if self.o.admitted:  # a queued job holds nothing, not even its Service
+            self._create_missing_support_objects()
         if self.prior_phase in STARTED_PHASES:
             return self._keep_running()
         return self._start_gang(run_policy)
