@@ -1,0 +1,66 @@
+"""Two operator replicas at once (DTJOB_STANDALONE=false): a Lease elects one, which alone
+reconciles and admits; the quota is never exceeded and no gang is admitted twice."""
+
+from __future__ import annotations
+
+import pytest
+from integration.operator.test_admission import OPERATOR_ENV, Kubelet, gang_job, set_quota
+from kubernetes import client
+
+from helpers.jobs import create_job, status, wait_phase
+from helpers.kube import unique, wait_for
+from helpers.operator import OperatorProcess
+
+pytestmark = [pytest.mark.integration]
+
+
+def test_two_replicas_never_admit_twice(cluster, crd, namespace, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    core = cluster.core
+    lease = unique("dtjob-leader")
+    env = {
+        **OPERATOR_ENV,
+        "DTJOB_STANDALONE": "false",
+        "DTJOB_PEERING_NAME": lease,
+        "DTJOB_LEADER_ELECTION_NAMESPACE": namespace,
+        "DTJOB_LEADER_LEASE_SECONDS": "6",
+        "DTJOB_NAMESPACES": namespace,
+    }
+    replicas = [OperatorProcess(cluster.kubeconfig, tmp_path / f"op{i}.log", env) for i in range(2)]
+    for r in replicas:
+        r.start()
+    try:
+        set_quota(core, namespace, 8)
+        names = [f"r{i}" for i in range(8)]
+        with Kubelet(core, namespace, run_for="2s") as kubelet:
+            for name in names:
+                create_job(cluster.api, namespace, gang_job(name, 2, 2))
+            coord = client.CoordinationV1Api(cluster.api)
+
+            def holder_now() -> str | None:
+                try:
+                    return coord.read_namespaced_lease(lease, namespace).spec.holder_identity
+                except client.ApiException:
+                    return None
+
+            holder = wait_for(holder_now, what="a leader")
+            # Halfway through, the leader dies; the other replica takes over.
+            wait_phase(cluster.api, namespace, names[1], "Succeeded", timeout=120)
+            leader = next(r for r in replicas if r.proc and str(r.proc.pid) in holder)
+            leader.kill()
+            for name in names:
+                wait_phase(cluster.api, namespace, name, "Succeeded", timeout=180)
+            new_holder = coord.read_namespaced_lease(lease, namespace).spec.holder_identity
+        assert new_holder != holder
+        assert 0 < kubelet.max_gpus <= 8
+        for name in names:
+            assert status(cluster.api, namespace, name).get("restarts", 0) == 0
+        events = core.list_namespaced_event(namespace).items
+        admitted = [e for e in events if e.reason == "Admitted"]
+        # One Admitted event per job: a second replica admitting again would add another.
+        per_job: dict[str, int] = {}
+        for e in admitted:
+            per_job[e.involved_object.name] = per_job.get(e.involved_object.name, 0) + 1
+        assert per_job == dict.fromkeys(names, 1), per_job
+    finally:
+        for r in replicas:
+            r.stop()
