@@ -19,7 +19,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from dtjob_operator.admission import messages
-from dtjob_operator.admission.fit import Node, Quota, place, place_on_empty, quota_shortfall
+from dtjob_operator.admission.fit import (
+    GangShape,
+    Node,
+    Quota,
+    empty_nodes,
+    gang_shape,
+    place,
+    quota_shortfall,
+)
 from dtjob_operator.admission.preemption import select_victims
 from dtjob_operator.admission.queue import in_queue_order, positions
 from dtjob_operator.admission.resources import add, subtract
@@ -76,13 +84,14 @@ def decide(snapshot: Snapshot, *, preemption: bool) -> Decisions:
     releasing = {j.namespace for j in snapshot.jobs if not j.admitted and j.held}
 
     result = Decisions()
+    ctx = _Pass(empty=empty_nodes(nodes))
     waiting: list[JobView] = []
     blocked: dict[str, str] = {}
     reasons: dict[str, tuple[str, str]] = {}
     for job in in_queue_order(j for j in snapshot.jobs if not j.admitted):
         result.keys[job.uid] = job.key
         reason, message = _judge(
-            job, snapshot, quotas, nodes, blocked, releasing, preemption, admitted, result
+            job, snapshot, quotas, nodes, blocked, releasing, preemption, admitted, result, ctx
         )
         if reason == REASON_ADMITTED:
             result.verdicts[job.uid] = Verdict(True, REASON_ADMITTED, message)
@@ -98,6 +107,16 @@ def decide(snapshot: Snapshot, *, preemption: bool) -> Decisions:
     return result
 
 
+@dataclass
+class _Pass:
+    """Memos of one pass. Nodes only lose room during a pass, so a gang shape that found no
+    placement stays without one; whether a shape fits the empty nodes never changes."""
+
+    empty: list[Node]
+    fits_empty: dict[GangShape, bool] = field(default_factory=dict)
+    no_room: set[GangShape] = field(default_factory=set)
+
+
 def _judge(
     job: JobView,
     snapshot: Snapshot,
@@ -108,12 +127,16 @@ def _judge(
     preemption: bool,
     admitted: Sequence[JobView],
     result: Decisions,
+    ctx: _Pass,
 ) -> tuple[str, str]:
     need = job.need
+    shape = gang_shape(job.gang)
     quota = quotas.get(job.namespace)
     if quota is not None and (short := quota_shortfall(need, quota.hard)):
         return REASON_INADMISSIBLE, messages.quota_never(job.namespace, need, quota, short)
-    if not place_on_empty(job.gang, nodes):
+    if shape not in ctx.fits_empty:
+        ctx.fits_empty[shape] = place(job.gang, ctx.empty, commit=False)
+    if not ctx.fits_empty[shape]:
         return REASON_INADMISSIBLE, messages.capacity_never(job.gang, nodes)
     if job.not_before is not None and snapshot.now < job.not_before:
         seconds = (job.not_before - snapshot.now).total_seconds()
@@ -121,10 +144,12 @@ def _judge(
     if job.namespace in blocked:
         return REASON_WAITING_FOR_ADMISSION, messages.behind(*_blocker(blocked[job.namespace]))
     short = quota_shortfall(need, quota.room) if quota is not None else []
-    if not short and place(job.gang, nodes):
+    if not short and shape not in ctx.no_room and place(job.gang, nodes):
         if quota is not None:
             quota.room = subtract(quota.room, need)
         return REASON_ADMITTED, "the whole gang fits; its pods may be created"
+    if not short:
+        ctx.no_room.add(shape)
     why = (
         messages.quota_short(job.namespace, need, quota, short)
         if quota is not None and short

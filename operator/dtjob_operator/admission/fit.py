@@ -93,10 +93,31 @@ def place(pods: Sequence[PodDemand], nodes: Sequence[Node], commit: bool = True)
     return True
 
 
+def empty_nodes(nodes: Sequence[Node]) -> list[Node]:
+    """The nodes as if they ran nothing."""
+    return [Node(n.name, n.allocatable, dict(n.allocatable), n.labels, n.taints) for n in nodes]
+
+
 def place_on_empty(pods: Sequence[PodDemand], nodes: Sequence[Node]) -> bool:
     """Could the gang be placed if the Ready nodes ran nothing else?"""
-    empty = [Node(n.name, n.allocatable, dict(n.allocatable), n.labels, n.taints) for n in nodes]
-    return place(pods, empty, commit=False)
+    return place(pods, empty_nodes(nodes), commit=False)
+
+
+GangShape = tuple[tuple[tuple[tuple[str, int], ...], tuple[tuple[str, str], ...], str], ...]
+
+
+def gang_shape(pods: Sequence[PodDemand]) -> GangShape:
+    """A hashable key: gangs with the same shape fit (or not) on the same nodes."""
+    return tuple(
+        sorted(
+            (
+                tuple(sorted(p.requests.items())),
+                tuple(sorted(p.node_selector.items())),
+                repr(p.tolerations),
+            )
+            for p in pods
+        )
+    )
 
 
 def quota_shortfall(need: Mapping[str, int], limit: Mapping[str, int]) -> list[str]:
