@@ -14,6 +14,7 @@ Usage: python bench/admission.py [--cluster] [--passes N]
 from __future__ import annotations
 
 import argparse
+import os
 import json
 import resource
 import statistics
@@ -164,7 +165,6 @@ def on_cluster(passes: int) -> dict[str, Any]:
     from helpers.jobs import create_job
     from helpers.kube import create_namespace
 
-    kubeconfig = TOP / ".." / "unused"
     import subprocess
 
     out = subprocess.run(
@@ -187,7 +187,7 @@ def on_cluster(passes: int) -> dict[str, Any]:
             for key in ("uid", "generation", "creationTimestamp", "namespace"):
                 job["metadata"].pop(key)
             create_job(api, namespaces[i % NAMESPACES], job)
-        config.load_kube_config(str(kubeconfig))
+        os.environ["KUBECONFIG"] = str(kubeconfig)
         from dtjob_operator.k8s import KubeApi, load_client_config
 
         settings = OperatorSettings(namespaces=namespaces)

@@ -67,7 +67,7 @@ class OperatorSettings(BaseSettings):
     namespace (PriorityClass preemptionPolicy: Never opts a class out)."""
     admission_min_interval_seconds: float = Field(default=0.1, ge=0, le=60)
     """Least time between two admission passes (bursts of events share one pass)."""
-    leader_election_namespace: str = ""
+    leader_election_namespace: str | None = None
     """Namespace of the leader-election Lease when standalone is false (default: the
     operator pod's namespace from POD_NAMESPACE, else "default")."""
     leader_lease_seconds: float = Field(default=15.0, gt=0, le=600)
