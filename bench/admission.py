@@ -14,8 +14,8 @@ Usage: python bench/admission.py [--cluster] [--passes N]
 from __future__ import annotations
 
 import argparse
-import os
 import json
+import os
 import resource
 import statistics
 import sys
@@ -159,13 +159,13 @@ def timed_passes(passes: int) -> dict[str, Any]:
 
 
 def on_cluster(passes: int) -> dict[str, Any]:
+    import subprocess
+
     from kubernetes import client, config
 
     from helpers.crd import install_crd
     from helpers.jobs import create_job
     from helpers.kube import create_namespace
-
-    import subprocess
 
     out = subprocess.run(
         [sys.executable, str(TOP / "hack" / "cluster.py"), "kubeconfig"],
