@@ -1,0 +1,103 @@
+"""The planner's side of admission: Queued with position, pods-ready timeout, preemption."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from unit.operator.builders import JobBuilder, PodBuilder, a_job, a_pod, at, iso, pods
+
+from dtjob_operator.lifecycle import Observed, Plan, plan
+from dtjob_operator.settings import OperatorSettings
+
+SETTINGS = OperatorSettings(pods_ready_timeout_seconds=60)
+DDP = a_job().with_workers(2, gpus=4)
+
+
+def run(job: JobBuilder, *observed: PodBuilder, now: float = 0, **admission: Any) -> Plan:
+    return plan(Observed(job=job.obj(), pods=pods(*observed), now=at(now), **admission), SETTINGS)
+
+
+def after(job: JobBuilder, *observed: PodBuilder, now: float = 0, **admission: Any) -> JobBuilder:
+    return job.copy().with_full_status(run(job, *observed, now=now, **admission).status)
+
+
+def cond(p: Plan | JobBuilder, type_: str) -> dict[str, Any]:
+    status = p.status if isinstance(p, Plan) else p.obj()["status"]
+    return next(c for c in status["conditions"] if c["type"] == type_)
+
+
+def pod(index: int, created: float = 0, ready: bool = False) -> PodBuilder:
+    b = a_pod(DDP, "worker", index).running()
+    if ready:
+        b = b.ready()
+    obj = b._pod  # creation time is what the pods-ready timeout counts from
+    obj["metadata"]["creationTimestamp"] = iso(created)
+    return b
+
+
+def test_waiting_job_is_queued_with_position_and_holds_nothing() -> None:
+    p = run(DDP, admitted=False, admission_message="needs 8", queue_position=3)
+    assert p.status["phase"] == "Queued" and p.status["queuePosition"] == 3
+    assert p.create == [] and cond(p, "Admitted")["message"] == "needs 8"
+    assert [e.reason for e in p.events] == ["WaitingForAdmission"]
+    queued = DDP.copy().with_full_status(p.status)
+    again = run(queued, admitted=False, admission_message="needs 8", queue_position=2)
+    assert again.events == [] and again.status["queuePosition"] == 2
+    admitted = run(queued)
+    assert admitted.status["phase"] == "Starting" and "queuePosition" not in admitted.status
+    assert cond(admitted, "Admitted")["status"] == "True"
+
+
+def test_inadmissible_reason_is_an_event_of_its_own() -> None:
+    p = run(DDP, admitted=False, admission_reason="Inadmissible", admission_message="never")
+    assert cond(p, "Admitted")["reason"] == "Inadmissible"
+
+
+def test_gang_not_ready_in_time_is_released_and_requeued() -> None:
+    starting = after(DDP, now=0)
+    p = run(starting, pod(0, ready=True), pod(1), now=30)
+    assert p.status["phase"] == "Starting" and p.requeue_after is not None
+    assert p.requeue_after <= 30
+    p = run(starting, pod(0, ready=True), pod(1), now=61)
+    assert p.status["phase"] == "Queued" and p.delete_pods == ["j-worker-0", "j-worker-1"]
+    assert cond(p, "Admitted")["reason"] == "PodsReadyTimeout"
+    assert p.status["admission"] == {"requeues": 1, "lastRequeueTime": iso(61)}
+    assert p.status.get("restarts", 0) == 0
+    assert [e.reason for e in p.events] == ["PodsReadyTimeout"]
+
+
+def test_no_timeout_once_running_or_when_off() -> None:
+    running = after(after(DDP, now=0), pod(0, ready=True), pod(1, ready=True), now=5)
+    assert run(running, pod(0, ready=True), pod(1), now=500).status["phase"] == "Running"
+    off = plan(
+        Observed(job=after(DDP, now=0).obj(), pods=pods(pod(0), pod(1)), now=at(500)),
+        OperatorSettings(pods_ready_timeout_seconds=0),
+    )
+    assert off.status["phase"] == "Starting"
+
+
+def test_preempted_job_suspends_waits_and_resumes_when_admitted() -> None:
+    running = after(after(DDP, now=0), pod(0, ready=True), pod(1, ready=True), now=5)
+    p = run(running, pod(0, ready=True), pod(1, ready=True), now=10, preempted="by urgent")
+    assert p.status["phase"] == "Suspended" and p.delete_pods == ["j-worker-0", "j-worker-1"]
+    for type_ in ("Suspended", "Admitted", "Running"):
+        assert cond(p, type_)["reason"] == "Preempted"
+    assert p.status["admission"]["preemptions"] == 1
+    victim = running.copy().with_full_status(p.status)
+    waiting = run(victim, now=20, admitted=False, admission_message="behind", queue_position=1)
+    assert waiting.status["phase"] == "Suspended" and waiting.create == []
+    assert cond(waiting, "Suspended")["status"] == "True"
+    assert waiting.status["queuePosition"] == 1
+    resumed = run(victim.copy().with_full_status(waiting.status), now=30)
+    assert resumed.status["phase"] == "Starting"
+    assert cond(resumed, "Suspended")["reason"] == "Resumed"
+    assert [m["metadata"]["name"] for m in resumed.create if m["kind"] == "Pod"] == [
+        "j-worker-0",
+        "j-worker-1",
+    ]
+
+
+def test_user_suspend_gives_up_the_admission() -> None:
+    running = after(after(DDP, now=0), pod(0, ready=True), pod(1, ready=True), now=5)
+    p = run(running.copy().suspended(), pod(0, ready=True), pod(1, ready=True), now=10)
+    assert cond(p, "Admitted") == {**cond(p, "Admitted"), "status": "False", "reason": "Suspended"}
