@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import statistics
 import sys
@@ -187,12 +186,11 @@ def on_cluster(passes: int) -> dict[str, Any]:
             for key in ("uid", "generation", "creationTimestamp", "namespace"):
                 job["metadata"].pop(key)
             create_job(api, namespaces[i % NAMESPACES], job)
-        os.environ["KUBECONFIG"] = str(kubeconfig)
-        from dtjob_operator.k8s import KubeApi, load_client_config
+        from dtjob_operator.k8s import KubeApi
 
         settings = OperatorSettings(namespaces=namespaces)
         controller = AdmissionController(
-            KubeApi(load_client_config()), settings, OperatorMetrics(), AdmissionBook(),
+            KubeApi(api), settings, OperatorMetrics(), AdmissionBook(),
             enqueue=lambda key: None,
         )  # fmt: skip
         controller.run_pass()
