@@ -283,9 +283,9 @@ def test_status_subresource_and_printer_columns(
     assert stored["status"]["restarts"] == 0  # defaulted by the server from the model
     table = table_of(jobs, meta["namespace"], meta["name"])
     columns = [c["name"] for c in table["columnDefinitions"]]
-    assert columns == ["Name", "Strategy", "Phase", "Ready", "Step", "Loss", "Age"]
+    assert columns == ["Name", "Strategy", "Phase", "Ready", "Queue", "Step", "Loss", "Age"]
     (row,) = table["rows"]
-    assert row["cells"][:6] == ["running-job", "DataParallel", "Running", "2/2", 40, 0.25]
+    assert row["cells"][:7] == ["running-job", "DataParallel", "Running", "2/2", None, 40, 0.25]
 
 
 def table_of(jobs: client.CustomObjectsApi, namespace: str, name: str) -> dict[str, Any]:
