@@ -75,13 +75,13 @@ class AdmissionBook:
         changed = []
         with self._lock:
             for uid, verdict in decisions.verdicts.items():
-                if self._forgotten.get(uid, -1) >= since:
+                if self._forgotten.get(uid, -1) > since:
                     continue
                 if self._verdicts.get(uid) != verdict:
                     changed.append(uid)
                 self._verdicts[uid] = verdict
             for uid, verdict in decisions.preempt.items():
-                if self._forgotten.get(uid, -1) >= since or uid in self._preempt:
+                if self._forgotten.get(uid, -1) > since or uid in self._preempt:
                     continue
                 self._preempt[uid] = verdict
                 changed.append(uid)

@@ -408,3 +408,17 @@ def test_priority_of_uses_classes_and_the_global_default() -> None:
 
 def test_timestamps_sort_as_strings() -> None:
     assert iso(1) < iso(10) and at(1) + timedelta(seconds=9) == at(10)
+
+
+def test_book_forget_drops_entries_of_earlier_passes_only() -> None:
+    from dtjob_operator.admission.controller import AdmissionBook
+    from dtjob_operator.admission.decide import Decisions, Verdict
+    from dtjob_operator.constants import REASON_ADMITTED
+
+    book = AdmissionBook()
+    job = {"metadata": {"uid": "u"}, "status": {}}
+    decisions = Decisions(verdicts={"u": Verdict(True, REASON_ADMITTED, "fits")})
+    early = book.epoch()
+    book.forget("u")
+    assert book.record(decisions, early) == [] and not book.admitted(job)
+    assert book.record(decisions, book.epoch()) == ["u"] and book.admitted(job)
