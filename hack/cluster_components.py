@@ -107,6 +107,9 @@ def command(cfg: Config, name: str, bins: Path) -> list[str]:
             f"--proxy-client-key-file={pki / 'front-proxy-client.key'}",
             f"--kubelet-client-certificate={pki / 'admin.crt'}",
             f"--kubelet-client-key={pki / 'admin.key'}",
+            # The real node's kubelet (hack/realnode.py) is reached by address: its name
+            # resolves nowhere.
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
             # Endpoints may not hold a loopback address; the reconciler would only log errors.
             "--endpoint-reconciler-type=none", "--profiling=false",
         ]  # fmt: skip

@@ -152,7 +152,7 @@ case "$verb" in
     pause_image
     import "$PAUSE_IMAGE"
     for i in "$OPERATOR_IMAGE" "$TRAINER_IMAGE"; do
-      docker image inspect "$i" >/dev/null 2>&1 && import "$i"
+      if docker image inspect "$i" >/dev/null 2>&1; then import "$i"; fi
     done
     ;;
   stop) dockerd_down ;;

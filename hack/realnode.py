@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -65,7 +66,10 @@ def rdir(cfg: Config) -> Path:
 
 
 def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(args, capture_output=True, text=True)
+    try:
+        proc = subprocess.run(args, capture_output=True, text=True)
+    except FileNotFoundError:
+        raise ClusterError(f"real node: {args[0]} is not installed") from None
     if check and proc.returncode != 0:
         raise ClusterError(f"real node: `{' '.join(args)}` failed: {proc.stderr.strip()[-300:]}")
     return proc
@@ -90,7 +94,8 @@ def ensure_host(cfg: Config) -> None:
         if not ok:
             raise ClusterError(f"real node: apt-get install {' '.join(missing)} failed; see {log}")
     for mod in ("br_netfilter", "overlay"):
-        sh("modprobe", mod, check=False)
+        if shutil.which("modprobe"):  # built in, or already loaded, on many kernels
+            sh("modprobe", mod, check=False)
     if not Path("/proc/sys/net/bridge/bridge-nf-call-iptables").exists():
         raise ClusterError(
             "real node: kernel feature br_netfilter is missing "
@@ -153,6 +158,9 @@ state = "{rd / "containerd-state"}"
   stream_server_port = "0"
   netns_mounts_under_state_dir = true
   disable_apparmor = true
+  # Negative oom_score_adj (-998 for sandboxes) is refused on this kind of machine and runc
+  # fails with "can't get final child's PID from pipe"; clamp to containerd's own value.
+  restrict_oom_score_adj = true
   [{cri}.containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"
@@ -166,7 +174,7 @@ state = "{rd / "containerd-state"}"
         "cniVersion": "1.0.0", "name": "dtjob",
         "plugins": [
             {"type": "bridge", "bridge": net.bridge, "isGateway": True, "ipMasq": False,
-             "hairpinMode": True,
+             "isDefaultGateway": True, "hairpinMode": True,
              "ipam": {"type": "host-local", "ranges": [[{"subnet": net.subnet,
                                                          "gateway": net.host_ip}]],
                       "dataDir": str(rd / "ipam")}},
