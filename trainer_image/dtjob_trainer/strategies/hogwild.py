@@ -18,6 +18,7 @@ needed; the rank then checkpoints the shared parameters itself.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass
 from multiprocessing.synchronize import Event
@@ -82,8 +83,11 @@ def hogwild_process(
     torch.set_num_threads(1)  # K processes share the pod's cores
     optimizer = build_optimizer(model.parameters(), task.optimizer)
     n = x.shape[0]
+    parent = os.getppid()
     for step in range(task.start, task.steps):
-        if stop.is_set():
+        # A supervising rank that died without setting `stop` (os._exit skips the clean-up
+        # of daemon processes) must not leave its processes training on their own.
+        if stop.is_set() or os.getppid() != parent:
             break
         idx = shard(
             global_batch_indices(step, task.batch_size, n, task.seed), task.part, task.parts
