@@ -85,8 +85,14 @@ class RunContext:
         """Seed torch's RNGs as a pure function of (seed, step, rank) before a step, so a
         resumed run draws the same random numbers as an uninterrupted one without
         carrying RNG state in checkpoints."""
-        seq = np.random.SeedSequence([self.cfg.trainer.seed, step, self.rank])
-        torch.manual_seed(int(seq.generate_state(1)[0]))
+        seed = int(
+            np.random.SeedSequence([self.cfg.trainer.seed, step, self.rank]).generate_state(1)[0]
+        )
+        # Not torch.manual_seed: without an initialised CUDA it queues a lazy CUDA seeding
+        # with a captured stack trace on every call (~0.1 ms a step).
+        torch.default_generator.manual_seed(seed)
+        if self.device.type == "cuda":
+            torch.cuda.manual_seed(seed)
 
 
 @dataclass
@@ -109,6 +115,8 @@ class RunResult:
     train_seconds: float = 0.0
     """Wall time of the steps run by this process (excluding start-up, checkpoint writes
     and evaluation), for throughput figures."""
+    train_cpu_seconds: float = 0.0
+    """CPU time this process spent over the same span (robust to other load on the host)."""
     peak_device_bytes: int | None = None
     """Peak GPU memory allocated by this process (None on the CPU)."""
     message: str = ""

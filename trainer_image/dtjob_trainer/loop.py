@@ -86,8 +86,9 @@ def _sync(
 ) -> tuple[list[float], bool]:
     """All-reduce pending loss shares and the stop flag in one collective."""
     flag = torch.tensor([1.0 if ctx.stop.is_set() else 0.0], dtype=torch.float64)
-    values = [p.detach().reshape(1).to("cpu", torch.float64) for p in pending]
-    buf = torch.cat([*values, flag]).to(ctx.device)
+    # Stacked where the losses live: one device-to-host copy per sync, not one per step.
+    values = torch.stack([p.detach().reshape(()) for p in pending]).to(torch.float64)
+    buf = torch.cat([values.to(ctx.device), flag.to(ctx.device)])
     dist.all_reduce(buf, group=group)
     out = buf.cpu().tolist()
     return out[:-1], out[-1] > 0
@@ -140,7 +141,7 @@ def run_loop(ctx: RunContext, t: Trainable) -> RunResult:
     step = start
     ctx.reporter.update(step=step, totalSteps=total, epoch=epoch_of(step, cfg.batch_size, n_train))
 
-    timer = time.perf_counter()
+    timer, cpu_timer = time.perf_counter(), time.process_time()
     while step < total:
         ctx.seed_step(step)
         pending.append(t.step(step))
@@ -165,8 +166,9 @@ def run_loop(ctx: RunContext, t: Trainable) -> RunResult:
             )
         if due_ckpt or stop:
             result.train_seconds += time.perf_counter() - timer
+            result.train_cpu_seconds += time.process_time() - cpu_timer
             state = _checkpoint(ctx, t, step)
-            timer = time.perf_counter()
+            timer, cpu_timer = time.perf_counter(), time.process_time()
             last_ckpt = step
             ctx.reporter.update(
                 force=True, lastCheckpointStep=last_ckpt, lastCheckpointTime=utc_now()
