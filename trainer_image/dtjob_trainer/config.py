@@ -304,7 +304,8 @@ def check_consistency(cfg: TrainerConfig) -> list[str]:
         problems.append(f"roles.ps: only the ParameterServer strategy uses it, not {kind.value}")
     mode = cfg.strategy.parameter_server.mode
     if kind == StrategyType.PARAMETER_SERVER and cfg.roles.ps is None:
-        if mode in (PSMode.ASYNC, PSMode.EASGD):
+        # EASGD without ps is its synchronous form (the centre replicated on the workers).
+        if mode == PSMode.ASYNC:
             problems.append(f"roles.ps: required by ParameterServer mode {mode.value}")
         elif mode == PSMode.HOGWILD and cfg.role_processes("worker") > 1:
             problems.append(

@@ -190,13 +190,14 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "roles.ps",
-        f'{_PS} && ({MODE} in ["Async", "EASGD"] || ({_HOGWILD} && has(self.roles.worker) && '
+        f'{_PS} && ({MODE} == "Async" || ({_HOGWILD} && has(self.roles.worker) && '
         f"{WORKER_PROCESSES} > 1))",
         lambda f: f.strategy == StrategyType.PARAMETER_SERVER
-        and (f.mode in ("Async", "EASGD") or (f.mode == "Hogwild" and f.workerProcesses > 1)),
+        and (f.mode == "Async" or (f.mode == "Hogwild" and f.workerProcesses > 1)),
         "has(self.roles.ps)", lambda f: f.has_ps,
-        "required for strategy ParameterServer in mode {mode} (Async and EASGD always, "
-        "Hogwild with more than one worker process): the parameter servers hold the model",
+        "required for strategy ParameterServer in mode {mode} (Async always, Hogwild with "
+        "more than one worker process; EASGD without ps runs its synchronous form): the "
+        "parameter servers hold the model",
         "FieldValueRequired",
     ),
     Rule(

@@ -77,11 +77,6 @@ BAD = [
         "required for strategy ParameterServer in mode Async",
     ),
     (
-        with_(spec("ParameterServer", worker={}), "strategy.parameterServer.mode", "EASGD"),
-        "spec.roles.ps",
-        "mode EASGD",
-    ),
-    (
         with_(
             spec("ParameterServer", worker={"replicas": 2}),
             "strategy.parameterServer.mode",
@@ -382,3 +377,10 @@ def test_immutable_changes_name_each_changed_field() -> None:
 def test_writing_a_default_explicitly_is_no_change() -> None:
     old = spec("DataParallel", worker={})
     assert immutable_changes(old, with_(old, "trainer.batchSize", 64)) == []
+
+
+def test_easgd_without_ps_is_its_synchronous_form() -> None:
+    job = with_(
+        spec("ParameterServer", worker={"replicas": 2}), "strategy.parameterServer.mode", "EASGD"
+    )
+    assert validate_job(job) == []
