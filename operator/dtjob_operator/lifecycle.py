@@ -40,8 +40,7 @@ A job is never stuck: every waiting branch returns a requeue_after.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence, Set
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -74,6 +73,7 @@ from dtjob_operator.constants import (
     REASON_WAITING_FOR_ADMISSION,
 )
 from dtjob_operator.envcontract import rank_layout
+from dtjob_operator.plan_types import Event, Observed, Plan
 from dtjob_operator.policies.backoff import restart_delay, restart_not_before
 from dtjob_operator.policies.clean_pod_policy import pods_to_clean
 from dtjob_operator.policies.deadline import deadline_exceeded, deadline_of
@@ -93,64 +93,10 @@ from dtjob_operator.policies.times import format_time, parse_time, seconds_until
 from dtjob_operator.settings import OperatorSettings
 from dtjob_operator.status import ConditionUpdate, StatusDecision, compute_status, progress_of
 
+__all__ = ["Event", "Observed", "Plan", "plan"]
+
 STARTED_PHASES = frozenset({JobPhase.STARTING, JobPhase.RUNNING})
 MAX_ERRORS_IN_MESSAGE = 5
-
-
-@dataclass(frozen=True, kw_only=True)
-class Observed:
-    """Everything the planner looks at, read by the executor just before."""
-
-    job: Mapping[str, Any]
-    """The DistributedTrainingJob as the API returns it (metadata, spec, status)."""
-    pods: Sequence[Mapping[str, Any]] = ()
-    """The job's pods (label dtjob.io/job-name, owned by this job), any generation."""
-    children: Set[tuple[str, str]] = frozenset()
-    """(kind, name) of the other children that exist: ServiceAccount, Role, RoleBinding,
-    ConfigMap, Service."""
-    progress: Mapping[str, Any] | None = None
-    """The parsed progress.json the trainer wrote, or None."""
-    now: datetime
-    """The current time (timezone-aware)."""
-    admitted: bool = True
-    """Gang admission: False holds a job that has no gang yet in phase Queued (no pods)."""
-    admission_message: str = ""
-    """Why the job is not admitted yet (shown in the Admitted condition)."""
-    admission_reason: str = REASON_WAITING_FOR_ADMISSION
-    """Reason of the Admitted=False condition while the job waits."""
-    queue_position: int | None = None
-    """The job's position in its namespace's admission queue while it waits."""
-    preempted: str | None = None
-    """Set by the admission to suspend this job for a higher-priority one: the message."""
-
-
-@dataclass(frozen=True)
-class Event:
-    """A Kubernetes event on the job, for a transition."""
-
-    type: str
-    """Normal or Warning."""
-    reason: str
-    message: str
-
-
-@dataclass
-class Plan:
-    """What the executor should do, in this order: create, delete pods, delete the job,
-    patch the status (only if it differs), record events, requeue."""
-
-    status: dict[str, Any]
-    """The full desired status (camelCase)."""
-    create: list[Manifest] = field(default_factory=list)
-    """Manifests of missing children, in creation order; creating one that exists is a no-op."""
-    delete_pods: list[str] = field(default_factory=list)
-    """Names of pods to delete."""
-    delete_job: bool = False
-    """The finished job's TTL has passed: delete it (its children go with it)."""
-    events: list[Event] = field(default_factory=list)
-    requeue_after: float | None = None
-    """Seconds until a time-based transition (backoff, deadline, TTL) or the next periodic
-    look; None when only a watch event can change anything."""
 
 
 def plan(observed: Observed, settings: OperatorSettings) -> Plan:
