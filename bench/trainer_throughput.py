@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -198,15 +199,18 @@ def offload_memory(workdir: Path) -> dict[str, Any]:
 
 
 def _compare(ours: list[dict[str, float]], plain: list[dict[str, float]]) -> dict[str, Any]:
-    """Best of each side, wall-clock and per CPU-second (the latter is what the trainer adds
-    per sample, independent of other load on a shared host)."""
+    """Best (and median) of each side, wall-clock and per CPU-second (the latter is what
+    the trainer adds per sample, independent of other load on a shared host)."""
     out: dict[str, Any] = {"target_ratio": 0.95}
     for key in ("samples_per_second", "samples_per_cpu_second"):
         best_ours, best_plain = max(r[key] for r in ours), max(r[key] for r in plain)
+        med_ours = statistics.median(r[key] for r in ours)
+        med_plain = statistics.median(r[key] for r in plain)
         out[key] = {
             "trainer": best_ours,
             "plain": best_plain,
             "ratio": best_ours / best_plain,
+            "median_ratio": med_ours / med_plain,
             "trainer_runs": [r[key] for r in ours],
             "plain_runs": [r[key] for r in plain],
         }
