@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -146,7 +147,11 @@ def main() -> None:
     core = client.CoreV1Api(api)
     install_crd(api)
     log = Path(tempfile.mkdtemp()) / "operator.log"
-    op = OperatorProcess(kubeconfig, log, {"DTJOB_LOG_LEVEL": "WARNING"})
+    # Reconcile throughput only: 1,600 pods exceed the fake nodes' pod slots, which the
+    # built-in admission would rightly queue (bench/admission.py measures admission).
+    op = OperatorProcess(
+        kubeconfig, log, {"DTJOB_LOG_LEVEL": "WARNING", "DTJOB_ADMISSION": "external"}
+    )
     op.start()
     try:
         results = {
@@ -156,7 +161,11 @@ def main() -> None:
         }
     finally:
         op.stop()
-    results["machine"] = {"cpus": 2, "note": "local control plane and operator share the machine"}
+    results["machine"] = {
+        "cpus": 2,
+        "load_average_1m_at_end": round(os.getloadavg()[0], 2),
+        "note": "local control plane and operator share the machine; admission external",
+    }
     out = TOP / "bench" / "results" / "operator_scale.json"
     out.write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(results, indent=2))
