@@ -1,0 +1,9 @@
+# Benchmarks: figures, never pass/fail. Each script writes bench/results/<name>.json.
+.PHONY: bench
+
+bench: ## run every benchmark (CPU; the GPU ones record "skipped" without CUDA) and summarise
+	$(PY) bench/trainer_throughput.py
+	$(PY) bench/pipeline_bubble.py
+	$(PY) bench/operator_scale.py
+	$(PY) bench/admission.py --cluster
+	@for f in bench/results/*.json; do echo "== $$f"; cat $$f; done
