@@ -1,4 +1,4 @@
-# `make test`: everything CI runs (.ci/run). Lint first (cheap, fails fast), then every test
+# `make test`: everything CI runs (.ci/run). Lint and mypy first (cheap, fail fast), then every test
 # except e2e in one pytest run. Integration tests start the local cluster through their
 # fixture; its binaries are built here first, so a cold build is not charged to one test's
 # timeout.
@@ -7,8 +7,9 @@ PYTEST_ARGS ?=
 
 .PHONY: test test-integration _pytest
 
-test: ## lint, then all tests but e2e (builds what they need on first run)
-	@if grep -qs '^\[tool.ruff' $(TOP)/pyproject.toml; then $(MAKE) --no-print-directory lint; fi
+test: ## lint and mypy, then all tests but e2e (builds what they need on first run)
+	@$(MAKE) --no-print-directory lint
+	@$(MAKE) --no-print-directory typecheck
 	@$(MAKE) --no-print-directory _pytest PYTEST_MARK="not e2e"
 
 test-integration: ## only the tests against the control plane
