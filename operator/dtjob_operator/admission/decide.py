@@ -35,6 +35,7 @@ from dtjob_operator.admission.snapshot import JobView, Snapshot
 from dtjob_operator.constants import (
     REASON_ADMITTED,
     REASON_INADMISSIBLE,
+    REASON_PODS_READY_TIMEOUT,
     REASON_PREEMPTED,
     REASON_WAITING_FOR_ADMISSION,
 )
@@ -140,7 +141,8 @@ def _judge(
         return REASON_INADMISSIBLE, messages.capacity_never(job.gang, nodes)
     if job.not_before is not None and snapshot.now < job.not_before:
         seconds = (job.not_before - snapshot.now).total_seconds()
-        return REASON_WAITING_FOR_ADMISSION, messages.backoff(seconds)
+        # Keep saying why it was released while it backs off (as preemption does).
+        return REASON_PODS_READY_TIMEOUT, messages.backoff(seconds)
     if job.namespace in blocked:
         return REASON_WAITING_FOR_ADMISSION, messages.behind(*_blocker(blocked[job.namespace]))
     short = quota_shortfall(need, quota.room) if quota is not None else []

@@ -33,6 +33,7 @@ from dtjob_operator.admission.snapshot import (
 )
 from dtjob_operator.constants import (
     REASON_INADMISSIBLE,
+    REASON_PODS_READY_TIMEOUT,
     REASON_PREEMPTED,
     REASON_WAITING_FOR_ADMISSION,
 )
@@ -279,6 +280,8 @@ def test_requeue_backoff_waits_without_blocking() -> None:
     jobs = [view("timed-out", not_before=at(30), created=0), view("next", created=1)]
     got = verdicts(jobs)
     assert got["timed-out"][0] is False and got["next"][0] is True
+    # While it backs off it keeps the reason it was released for.
+    assert got["timed-out"][1] == REASON_PODS_READY_TIMEOUT
 
 
 def test_higher_priority_preempts_the_newest_lowest_priority_job() -> None:
