@@ -1,8 +1,11 @@
 """The chart installed with `helm install` runs the operator image on the real node, with
-the chart's least-privilege RBAC and an unprivileged pod."""
+the chart's least-privilege RBAC and an unprivileged pod; `helm test` passes."""
 
 from __future__ import annotations
 
+import subprocess
+
+from helpers.cluster import REPO
 from helpers.realnode import E2E, RELEASE, RELEASE_NS
 
 
@@ -23,3 +26,12 @@ def test_operator_runs_from_our_image_unprivileged_on_the_real_node(e2e: E2E) ->
     cannot = e2e.kubectl("auth", "can-i", "create", "deployments",
                          f"--as=system:serviceaccount:{RELEASE_NS}:{sa}", check=False)  # fmt: skip
     assert can.strip() == "yes" and cannot.strip() == "no"
+
+
+def test_helm_test_reaches_the_operator_metrics_through_its_service(e2e: E2E) -> None:
+    proc = subprocess.run(
+        [str(REPO / "hack" / "realnode-helm.sh"), "test"],
+        env=e2e.env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Phase:          Succeeded" in proc.stdout, proc.stdout

@@ -1,38 +1,116 @@
 """Every examples/cpu job, applied with kubectl, trains for real in containers on the real
 node and reaches Succeeded: progress shows in `kubectl get dtj` while it runs, the pods
-rendezvous through their DNS names, and the held-out accuracy on digits is above 0.8."""
+rendezvous through their DNS names, and the held-out accuracy on digits is above 0.8.
+
+All the examples are applied at once, each in a namespace of its own, the way several teams
+share a cluster: the operator's admission starts each gang when the real node has the CPU
+for all of its pods and queues the rest (the node's 2 CPUs hold about 7 trainer pods).
+That keeps the node busy; one example after another left it three quarters idle.
+"""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from helpers.cluster import REPO
-from helpers.realnode import E2E, watch_job
+from helpers.realnode import E2E
 
 EXAMPLES = sorted(p.stem for p in (REPO / "examples" / "cpu").glob("*.yaml"))
-# Digits has 10 classes (chance 0.1). The CPU examples train 300 SGD steps at lr 0.05: the
-# DataParallel one ends at 0.46 held-out accuracy on the real node (measured), so the bar is
-# "clearly learned", not "converged"; raise it when the examples train longer.
-MIN_ACCURACY = 0.3
+# Digits has 10 classes (chance 0.1). The CPU examples train 300 SGD steps on standardised
+# pixels; single-process training of the same MLP reaches 0.93 held-out, and the
+# asynchronous strategies (Hogwild, EASGD, async PS) trail it by a few points.
+MIN_ACCURACY = 0.8
+TIMEOUT = 1500  # all of them, from the first apply; measured: about 10 min
+POLL = 2.0
+
+
+@dataclass
+class Seen:
+    """What the poller saw of one job: the `kubectl get dtj` rows while it ran, its last state."""
+
+    rows: list[tuple[int, str]] = field(default_factory=list)  # (status step, printed row)
+    last: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Fleet:
+    jobs: dict[str, tuple[str, dict[str, Any]]]  # example -> (namespace, applied manifest)
+    seen: dict[tuple[str, str], Seen]
+    done: threading.Event
+    error: list[BaseException]
+
+
+def _poll(e2e: E2E, fleet: Fleet, stop: threading.Event) -> None:
+    """One `kubectl get` of all jobs and one of their printed rows per round, until every
+    job is terminal (or the fixture stops it)."""
+    try:
+        while not stop.is_set():
+            items = e2e.get("dtj", "-A")["items"]
+            printed = e2e.kubectl("get", "dtj", "-A", "--no-headers", check=False)
+            rows = {tuple(line.split()[:2]): line for line in printed.splitlines() if line}
+            for obj in items:
+                key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+                if key not in fleet.seen:
+                    continue
+                seen = fleet.seen[key]
+                seen.last = obj
+                st = obj.get("status", {})
+                if st.get("phase") == "Running" and (st.get("progress") or {}).get("step"):
+                    seen.rows.append((st["progress"]["step"], rows.get(key, "")))
+            phases = [s.last.get("status", {}).get("phase") for s in fleet.seen.values()]
+            if all(p in ("Succeeded", "Failed") for p in phases):
+                break
+            stop.wait(POLL)
+    except BaseException as exc:  # reported by every test that waits on the fleet
+        fleet.error.append(exc)
+    finally:
+        fleet.done.set()
+
+
+@pytest.fixture(scope="module")
+def fleet(e2e: E2E) -> Iterator[Fleet]:
+    jobs: dict[str, tuple[str, dict[str, Any]]] = {}
+    try:
+        for example in EXAMPLES:
+            ns = e2e.new_namespace()
+            jobs[example] = (ns, e2e.apply_example(example, ns))
+        seen = {(ns, job["metadata"]["name"]): Seen() for ns, job in jobs.values()}
+        fleet = Fleet(jobs, seen, threading.Event(), [])
+        stop = threading.Event()
+        poller = threading.Thread(target=_poll, args=(e2e, fleet, stop), daemon=True)
+        poller.start()
+        yield fleet
+        stop.set()
+        poller.join(timeout=30)
+    finally:
+        for ns, _ in jobs.values():
+            e2e.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+def _finished(e2e: E2E, fleet: Fleet, example: str) -> tuple[dict[str, Any], Seen]:
+    ns, job = fleet.jobs[example]
+    seen = fleet.seen[(ns, job["metadata"]["name"])]
+    fleet.done.wait(TIMEOUT)
+    if fleet.error:
+        raise AssertionError(f"polling the jobs failed: {fleet.error[0]!r}")
+    phase = seen.last.get("status", {}).get("phase")
+    if phase not in ("Succeeded", "Failed"):
+        pods = e2e.kubectl("get", "pods", "-n", ns, "-o", "wide", check=False)
+        raise AssertionError(f"{example} still {phase} after {TIMEOUT} s: {seen.last}\n{pods}")
+    return job, seen
 
 
 @pytest.mark.parametrize("example", EXAMPLES)
-def test_example_trains_to_succeeded(e2e: E2E, e2e_namespace: str, example: str) -> None:
-    ns = e2e_namespace
-    job = e2e.apply_example(example, ns)
-    name = job["metadata"]["name"]
-    running_rows: list[tuple[int, str]] = []  # (status step, the `kubectl get dtj` row)
-
-    def seen(obj: dict[str, Any], row: str) -> None:
-        st = obj.get("status", {})
-        if st.get("phase") == "Running" and (st.get("progress") or {}).get("step"):
-            running_rows.append((st["progress"]["step"], row))
-
-    done = watch_job(e2e, ns, name, timeout=900, on_poll=seen)
-    status = done["status"]
+def test_example_trains_to_succeeded(e2e: E2E, fleet: Fleet, example: str) -> None:
+    job, seen = _finished(e2e, fleet, example)
+    ns, name = fleet.jobs[example][0], job["metadata"]["name"]
+    status = seen.last["status"]
     assert status["phase"] == "Succeeded", status
     pods = e2e.get("pods", "-n", ns, "-l", f"dtjob.io/job-name={name}")["items"]
     assert pods and all(p["spec"]["nodeName"] == "dtjob-real-0" for p in pods)
@@ -48,7 +126,7 @@ def test_example_trains_to_succeeded(e2e: E2E, e2e_namespace: str, example: str)
     assert progress["step"] == progress["totalSteps"] == job["spec"]["trainer"]["steps"]
     assert progress["accuracy"] > MIN_ACCURACY, progress
     # Progress was visible to `kubectl get dtj` (the STEP column) while the job ran.
-    assert any(str(step) in row.split() for step, row in running_rows), running_rows
+    assert any(str(step) in row.split() for step, row in seen.rows), seen.rows
 
 
 def test_cpu_examples_mirror_the_gpu_ones() -> None:

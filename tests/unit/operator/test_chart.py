@@ -71,6 +71,7 @@ def test_renders_one_of_each_resource_with_standard_labels() -> None:
         "ClusterRole",
         "ClusterRoleBinding",
         "Deployment",
+        "Pod",  # the `helm test` hook
         "Service",
         "ServiceAccount",
     ]
@@ -179,6 +180,21 @@ def test_metrics_service_selects_the_operator_pod() -> None:
     assert svc["spec"]["selector"].items() <= pod_labels.items()
     assert svc["spec"]["ports"][0]["targetPort"] == "metrics"
     assert ("Service", "dtj-dtjob-operator-metrics") not in render("metrics.service.enabled=false")
+
+
+def test_helm_test_hook_checks_the_metrics_service_unprivileged() -> None:
+    objects = render("metrics.port=9100")
+    pod = objects[("Pod", "dtj-dtjob-operator-test-metrics")]
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    spec = pod["spec"]
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    (c,) = spec["containers"]
+    assert c["image"] == container(objects)["image"]
+    assert c["securityContext"] == container(objects)["securityContext"]
+    assert "http://dtj-dtjob-operator-metrics.dtjob-system.svc:9100/metrics" in c["command"][-1]
+    # No Service, nothing to test: the hook goes with it.
+    assert not [k for k in render("metrics.service.enabled=false") if k[0] == "Pod"]
 
 
 def test_crds_ship_with_the_chart() -> None:
