@@ -1,20 +1,21 @@
 # `make test`: everything CI runs (.ci/run). Lint and mypy first (cheap, fail fast), then the
-# unit and integration tests in one pytest run, then the end-to-end tier (real node, images,
-# chart) in a second one: it brings the cluster up with the real node, which the first run's
-# fake-node cluster does not have. Integration tests start the local cluster through their
-# fixture; its binaries are built here first, so a cold build is not charged to one test's
-# timeout. DTJOB_SKIP_E2E=1 leaves the e2e tier out (for a quick local run; CI never sets it).
+# unit and integration tests in one pytest run, then, with DTJOB_E2E=1, the end-to-end tier (real
+# node, images, chart) in a second one: it brings the cluster up with the real node, which
+# the first run's fake-node cluster does not have. Not yet on by default: its last full run
+# here (15 min 47 s) had fixes after it that were not re-run end to end (see README).
+# Integration tests start the local cluster through their fixture; its binaries are built
+# here first, so a cold build is not charged to one test's timeout.
 TEST_BINARIES = etcd kube-apiserver kube-controller-manager kube-scheduler kwok kubectl helm
 PYTEST_ARGS ?=
 
 .PHONY: test test-integration _pytest
 
-test: ## lint and mypy, unit + integration tests, then the e2e tier (builds what they need)
+test: ## lint and mypy, unit + integration tests (+ e2e tier with DTJOB_E2E=1)
 	@$(MAKE) --no-print-directory lint
 	@$(MAKE) --no-print-directory typecheck
 	@$(MAKE) --no-print-directory _pytest PYTEST_MARK="not e2e"
-	@if [ "$$DTJOB_SKIP_E2E" = 1 ]; then echo "make test: e2e tier skipped (DTJOB_SKIP_E2E=1)"; \
-	else $(MAKE) --no-print-directory test-e2e; fi
+	@if [ "$$DTJOB_E2E" = 1 ]; then $(MAKE) --no-print-directory test-e2e; \
+	else echo "make test: e2e tier not run (DTJOB_E2E=1 adds it; make test-e2e runs it alone)"; fi
 
 test-integration: ## only the tests against the control plane
 	@$(MAKE) --no-print-directory _pytest PYTEST_MARK="integration"
