@@ -11,6 +11,7 @@ That keeps the node busy; one example after another left it three quarters idle.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import Any
 import pytest
 
 from helpers.cluster import REPO
-from helpers.realnode import E2E
+from helpers.realnode import E2E, TERMINAL
 
 EXAMPLES = sorted(p.stem for p in (REPO / "examples" / "cpu").glob("*.yaml"))
 # Digits has 10 classes (chance 0.1). The CPU examples train 300 SGD steps on standardised
@@ -51,9 +52,11 @@ class Fleet:
 
 def _poll(e2e: E2E, fleet: Fleet, stop: threading.Event) -> None:
     """One `kubectl get` of all jobs and one of their printed rows per round, until every
-    job is terminal (or the fixture stops it)."""
+    job is terminal, TIMEOUT has passed, or the fixture stops it: `done` is set by then, so
+    no test waits longer than the fleet as a whole."""
+    deadline = time.monotonic() + TIMEOUT
     try:
-        while not stop.is_set():
+        while not stop.is_set() and time.monotonic() < deadline:
             items = e2e.get("dtj", "-A")["items"]
             printed = e2e.kubectl("get", "dtj", "-A", "--no-headers", check=False)
             rows = {tuple(line.split()[:2]): line for line in printed.splitlines() if line}
@@ -67,7 +70,7 @@ def _poll(e2e: E2E, fleet: Fleet, stop: threading.Event) -> None:
                 if st.get("phase") == "Running" and (st.get("progress") or {}).get("step"):
                     seen.rows.append((st["progress"]["step"], rows.get(key, "")))
             phases = [s.last.get("status", {}).get("phase") for s in fleet.seen.values()]
-            if all(p in ("Succeeded", "Failed") for p in phases):
+            if all(p in TERMINAL for p in phases):
                 break
             stop.wait(POLL)
     except BaseException as exc:  # reported by every test that waits on the fleet
@@ -99,11 +102,11 @@ def fleet(e2e: E2E) -> Iterator[Fleet]:
 def _finished(e2e: E2E, fleet: Fleet, example: str) -> tuple[dict[str, Any], Seen]:
     ns, job = fleet.jobs[example]
     seen = fleet.seen[(ns, job["metadata"]["name"])]
-    fleet.done.wait(TIMEOUT)
+    fleet.done.wait()  # the poller gives up at its deadline
     if fleet.error:
         raise AssertionError(f"polling the jobs failed: {fleet.error[0]!r}")
     phase = seen.last.get("status", {}).get("phase")
-    if phase not in ("Succeeded", "Failed"):
+    if phase not in TERMINAL:
         pods = e2e.kubectl("get", "pods", "-n", ns, "-o", "wide", check=False)
         raise AssertionError(f"{example} still {phase} after {TIMEOUT} s: {seen.last}\n{pods}")
     return job, seen

@@ -21,6 +21,7 @@ if sys_path not in __import__("sys").path:
 from realnode_overlay import place_on_real_node  # noqa: E402
 
 RELEASE, RELEASE_NS = "dtjob", "dtjob-system"
+TERMINAL = ("Succeeded", "Failed")
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ def watch_job(e2e: E2E, ns: str, name: str, timeout: float, on_poll: Any = None)
         if on_poll:
             on_poll(job, row)
         phase = job.get("status", {}).get("phase")
-        if phase in ("Succeeded", "Failed"):
+        if phase in TERMINAL:
             return job
         if time.monotonic() > deadline:
             pods = e2e.kubectl("get", "pods", "-n", ns, "-o", "wide", check=False)
