@@ -4,77 +4,23 @@ itself (one pass feeds the next), so the tables exercise real transitions."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import pytest
-from unit.operator.builders import JobBuilder, PodBuilder, a_job, a_pod, at, iso, pods
-
-from dtjob_operator.lifecycle import Observed, Plan, plan
-from dtjob_operator.settings import OperatorSettings
-
-SETTINGS = OperatorSettings()  # resync 10s, progress sync 5s
-SUPPORT = frozenset(
-    {
-        ("ServiceAccount", "j-trainer"),
-        ("Role", "j-progress"),
-        ("RoleBinding", "j-progress"),
-        ("ConfigMap", "j-config"),
-        ("ConfigMap", "j-progress"),
-        ("Service", "j"),
-    }
+from unit.operator.builders import JobBuilder, PodBuilder, a_job, a_pod
+from unit.operator.planning import (
+    DDP,
+    GANG_0,
+    RESTARTING,
+    RUNNING,
+    STARTING,
+    SUPPORT,
+    after,
+    condition,
+    created,
+    ready,
+    run,
+    w,
 )
-
-
-def run(
-    job: JobBuilder,
-    *observed: PodBuilder,
-    now: float = 0,
-    children: frozenset[tuple[str, str]] = SUPPORT,
-    progress: dict[str, Any] | None = None,
-    admitted: bool = True,
-) -> Plan:
-    return plan(
-        Observed(
-            job=job.obj(),
-            pods=pods(*observed),
-            children=children,
-            progress=progress,
-            now=at(now),
-            admitted=admitted,
-        ),
-        SETTINGS,
-    )
-
-
-def after(job: JobBuilder, *observed: PodBuilder, now: float = 0) -> JobBuilder:
-    """The job carrying the status one planner pass computes from `observed`."""
-    return job.copy().with_full_status(run(job, *observed, now=now).status)
-
-
-def condition(p: Plan, type_: str) -> dict[str, Any]:
-    return next(c for c in p.status["conditions"] if c["type"] == type_)
-
-
-def created(p: Plan) -> list[str]:
-    return [f"{m['kind']}/{m['metadata']['name']}" for m in p.create]
-
-
-# --- the jobs and pods the scenarios are made of ---------------------------------------------
-
-DDP = a_job().with_workers(2, gpus=1)
-
-
-def w(index: int, generation: int = 0, job: JobBuilder = DDP) -> PodBuilder:
-    return a_pod(job, "worker", index, generation)
-
-
-def ready(index: int, generation: int = 0) -> PodBuilder:
-    return w(index, generation).running().ready()
-
-
-STARTING = after(DDP, now=0)  # gang created at t=0
-RUNNING = after(STARTING, ready(0), ready(1), now=5)
-RESTARTING = after(RUNNING, ready(0), w(1).failed(exit_code=137, finished_at=20), now=20)
 
 
 @dataclass
@@ -94,7 +40,6 @@ class Case:
     children: frozenset[tuple[str, str]] = SUPPORT
 
 
-GANG_0 = ["Pod/j-worker-0", "Pod/j-worker-1"]
 PS = a_job().with_strategy("ParameterServer").with_workers(2).with_ps(1)
 PS_RUNNING = after(
     after(PS, now=0),
@@ -343,179 +288,3 @@ def test_scenario(case: Case) -> None:
             assert text in c["message"]
     assert [e.reason for e in p.events] == case.events
     assert p.requeue_after == case.requeue
-
-
-# --- sequences and properties ------------------------------------------------------------
-
-
-def env_of(manifest: dict[str, Any]) -> dict[str, str]:
-    return {e["name"]: e["value"] for e in manifest["spec"]["containers"][0]["env"]}
-
-
-def test_restart_creates_generation_1_and_returns_to_running() -> None:
-    p = run(RESTARTING, now=30)
-    assert p.status["lastRestartTime"] == iso(20)
-    for pod in p.create:
-        assert pod["metadata"]["labels"]["dtjob.io/generation"] == "1"
-        assert env_of(pod)["DTJ_GANG_GENERATION"] == "1"
-    starting = RESTARTING.copy().with_full_status(p.status)
-    # Old-generation leftovers do not count; the new gang does.
-    p = run(starting, w(0, 0).failed(143).terminating(20), ready(0, 1), ready(1, 1), now=35)
-    assert p.status["phase"] == "Running"
-    assert condition(p, "Restarting")["status"] == "False"
-    assert condition(p, "Restarting")["reason"] == "PodsReady"
-    assert p.status["ready"] == "2/2" and p.status["restarts"] == 1
-    assert p.status["startTime"] == iso(0)  # the job's start, not the restart's
-
-
-def test_backoff_limit_counts_restarts_not_failures() -> None:
-    job = DDP.copy().with_run_policy(backoffLimit=1, backoffSeconds=1)
-    first = after(after(job), ready(0), ready(1), now=1)
-    restarting = after(first, ready(0), w(1).failed(137, finished_at=2), now=2)
-    restarted = after(after(restarting, now=5), ready(0, 1), ready(1, 1), now=6)
-    assert restarted.obj()["status"]["phase"] == "Running"
-    p = run(restarted, ready(0, 1), w(1, 1).failed(137, finished_at=7), now=7)
-    assert p.status["phase"] == "Failed"
-    assert condition(p, "Failed")["reason"] == "BackoffLimitExceeded"
-    assert condition(p, "Restarting")["status"] == "False"
-    assert p.status["restarts"] == 1
-    assert "after 1 restarts (backoffLimit 1)" in condition(p, "Failed")["message"]
-
-
-def test_suspend_then_resume_creates_a_fresh_gang() -> None:
-    suspended = after(RUNNING.copy().suspended(), ready(0), ready(1), now=30)
-    assert "startTime" not in suspended.obj()["status"]
-    # Still suspended, pods on their way out: nothing more to do, nothing to announce.
-    p = run(suspended, ready(0).terminating(30), w(1).failed(143).terminating(30), now=31)
-    assert (p.delete_pods, p.events, p.status["phase"]) == ([], [], "Suspended")
-
-    resumed = suspended.copy().suspended(False)
-    # Old pods still terminating (exit 143 is their suspend, not a failure): wait.
-    p = run(resumed, w(0).failed(143).terminating(30), now=40)
-    assert p.status["phase"] == "Pending" and p.create == []
-    assert p.status.get("restarts", 0) == 0
-    assert [e.reason for e in p.events] == ["Resumed"]
-    assert condition(p, "Suspended")["status"] == "False"
-    assert p.requeue_after == SETTINGS.resync_seconds
-
-    p = run(resumed, now=45)
-    assert created(p) == GANG_0
-    assert p.status["phase"] == "Starting" and p.status["startTime"] == iso(45)
-
-
-def test_ttl_deletes_the_finished_job_after_its_time() -> None:
-    job = DDP.copy().with_run_policy(ttlSecondsAfterFinished=30)
-    running = after(after(job), ready(0), ready(1), now=5)
-    p = run(running, w(0).succeeded(99), w(1).succeeded(100), now=100)
-    assert p.status["phase"] == "Succeeded" and p.status["completionTime"] == iso(100)
-    assert not p.delete_job and p.requeue_after == 30  # watchers see Succeeded first
-    done = running.copy().with_full_status(p.status)
-
-    p = run(done, w(0).succeeded(), w(1).succeeded(), now=110)
-    assert (p.delete_job, p.requeue_after, p.status) == (False, 20, done.obj()["status"])
-    p = run(done, w(0).succeeded(), w(1).succeeded(), now=130)
-    assert p.delete_job and [e.reason for e in p.events] == ["TTLExpired"]
-
-
-def test_a_finished_status_is_final_but_for_progress() -> None:
-    failed = after(RUNNING, ready(0), w(1).failed(1, finished_at=20), now=20)
-    prior = failed.obj()["status"]
-    # A late pod change cannot move the job out of Failed.
-    p = run(failed, w(0).succeeded(), w(1).failed(1), now=500, progress={"step": 80})
-    assert p.status == {**prior, "progress": {"step": 80}}
-    assert (p.create, p.events) == ([], [])
-
-
-CLEAN = [("Running", []), ("All", ["j-worker-0", "j-worker-1"]), ("None", [])]
-
-
-@pytest.mark.parametrize(("policy", "deleted"), CLEAN)
-def test_clean_pod_policy_after_success(policy: str, deleted: list[str]) -> None:
-    job = DDP.copy().with_run_policy(cleanPodPolicy=policy)
-    running = after(after(job), ready(0), ready(1), now=5)
-    p = run(running, w(0).succeeded(), w(1).succeeded(), now=60)
-    assert p.status["phase"] == "Succeeded"
-    assert p.delete_pods == deleted
-
-
-def test_invalid_spec_fails_with_the_field_and_creates_nothing() -> None:
-    job = a_job().with_strategy("Pipeline").with_workers(2)  # Pipeline needs stages
-    p = run(job, children=frozenset())
-    assert p.status["phase"] == "Failed"
-    failed = condition(p, "Failed")
-    assert failed["reason"] == "InvalidSpec"
-    assert "spec.roles" in failed["message"]
-    assert p.create == [] and p.status["completionTime"] == iso(0)
-    assert [e.reason for e in p.events] == ["InvalidSpec"]
-
-
-def test_unparsable_spec_fails_and_stops_its_pods() -> None:
-    job = DDP.copy()
-    job.spec["roles"]["worker"]["replicas"] = 0
-    p = run(job, ready(0), w(1).failed(1))
-    assert condition(p, "Failed")["reason"] == "InvalidSpec"
-    assert "spec.roles.worker.replicas" in condition(p, "Failed")["message"]
-    assert p.delete_pods == ["j-worker-0"]
-
-
-def test_replanning_an_applied_plan_changes_nothing() -> None:
-    """Idempotence: once the executor applied a plan, the next pass has nothing to do and
-    computes the same status (so no status patch, no duplicate event)."""
-    p1 = run(DDP, children=frozenset(), now=0)
-    applied = DDP.copy().with_full_status(p1.status)
-    p2 = run(applied, w(0), w(1), now=1)
-    assert (p2.create, p2.delete_pods, p2.events) == ([], [], [])
-    assert p2.status["conditions"] == p1.status["conditions"]  # times kept
-    assert p2.status["replicaStatuses"]["worker"]["active"] == 2  # the pods now exist
-    p2b = run(applied.copy().with_full_status(p2.status), w(0), w(1), now=2)
-    assert p2b.status == p2.status and (p2b.create, p2b.events) == ([], [])
-
-    running = after(applied, ready(0), ready(1), now=5)
-    p3 = run(running, ready(0), ready(1), now=6)
-    p4 = run(running, ready(0), ready(1), now=60)
-    assert p3.status == p4.status == running.obj()["status"]
-    assert (p4.create, p4.events) == ([], [])
-
-
-def test_progress_is_copied_into_status() -> None:
-    reported = {"step": 50, "totalSteps": 100, "loss": 0.25, "lastCheckpointStep": 50}
-    p = run(RUNNING, ready(0), ready(1), now=9, progress=reported)
-    assert p.status["progress"] == reported
-    assert p.requeue_after == SETTINGS.progress_sync_seconds
-
-
-def test_missing_support_objects_are_recreated_while_running() -> None:
-    children = SUPPORT - {("Service", "j")}
-    p = run(RUNNING, ready(0), ready(1), now=9, children=children)
-    assert created(p) == ["Service/j"]
-
-
-def test_admission_gate_opens() -> None:
-    queued = DDP.copy().with_full_status(run(DDP, admitted=False).status)
-    assert queued.obj()["status"]["phase"] == "Queued"
-    p = run(queued, now=30)
-    assert created(p) == GANG_0
-    assert condition(p, "Admitted")["status"] == "True"
-    assert p.status["startTime"] == iso(30)
-
-
-def test_a_job_being_deleted_is_left_to_the_garbage_collector() -> None:
-    job = RUNNING.copy()
-    obj = job.obj()
-    obj["metadata"]["deletionTimestamp"] = iso(50)
-    p = plan(Observed(job=obj, pods=pods(ready(0), ready(1)), now=at(50)), SETTINGS)
-    assert (p.create, p.delete_pods, p.events, p.delete_job) == ([], [], [], False)
-    assert p.status == obj["status"]
-
-
-def test_never_stuck_in_restarting() -> None:
-    """From Restarting, whatever remains of the old gang, the plan either creates the next
-    gang or says when to look again."""
-    leftovers = [[], [w(0).terminating(20)], [w(1).failed(137).terminating(20), w(0)]]
-    for observed in leftovers:
-        for now in (20, 25, 30, 400):
-            p = run(RESTARTING, *observed, now=now)
-            assert p.create or (p.requeue_after is not None and p.requeue_after > 0), (
-                observed,
-                now,
-            )
