@@ -12,17 +12,12 @@ jobs=("$@")
 [ ${#jobs[@]} -gt 0 ] || jobs=(examples/cpu/data-parallel.yaml examples/cpu/pipeline-1f1b.yaml)
 die() { echo "demo: $*" >&2; exit 1; }
 
-echo "demo: 1/4 cluster with a real node (make cluster-up NODE=real)" >&2
-DTJOB_NODE=real python3 "$top/hack/cluster.py" up
+"$top/hack/realnode-up.sh" demo
 state=$(dirname "$(python3 "$top/hack/cluster.py" kubeconfig)")
 export KUBECONFIG=$state/kubeconfig
-bins=$(cat "$state/bin-dir")
-export PATH=$bins:$PATH
-echo "demo: 2/4 images from Dockerfile and trainer_image/Dockerfile (hack/images.sh)" >&2
-CONTAINERD_SOCK=$state/realnode/containerd.sock "$top/hack/images.sh" all
-echo "demo: 3/4 helm upgrade --install dtjob charts/dtjob-operator" >&2
-"$top/hack/realnode-helm.sh" install
-echo "demo: 4/4 kubectl apply ${jobs[*]}" >&2
+PATH=$(cat "$state/bin-dir"):$PATH
+export PATH
+echo "demo: kubectl apply ${jobs[*]}" >&2
 names=()
 for j in "${jobs[@]}"; do
   name=$("$py" -c 'import sys,yaml; print(yaml.safe_load(open(sys.argv[1]))["metadata"]["name"])' "$top/$j")

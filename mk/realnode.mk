@@ -7,5 +7,12 @@ images: ## build the base, operator and trainer images (cached); imports them wh
 	@sock=$$(dirname $$($(CLUSTER) kubeconfig))/realnode/containerd.sock; \
 	if [ -S "$$sock" ]; then CONTAINERD_SOCK=$$sock $(TOP)/hack/images.sh import; fi
 
+# The set-up (cold: kubelet, CoreDNS, images of several GB) runs here, outside pytest, so it
+# is not charged to the first test's timeout and its progress shows in the log; the e2e
+# fixture then finds everything up. A cluster this target started is stopped afterwards
+# (DTJOB_KEEP_CLUSTER=1 keeps it), like the integration fixture does.
 test-e2e: ## only the end-to-end tests (real node, images, chart; builds what they need)
-	@$(MAKE) --no-print-directory _pytest PYTEST_MARK="e2e"
+	@was_up=0; $(CLUSTER) status >/dev/null 2>&1 && was_up=1; rc=0; \
+	{ $(TOP)/hack/realnode-up.sh e2e && $(MAKE) --no-print-directory _pytest PYTEST_MARK="e2e"; } \
+	  || rc=$$?; \
+	if [ $$was_up = 0 ] && [ "$$DTJOB_KEEP_CLUSTER" != 1 ]; then $(CLUSTER) down; fi; exit $$rc

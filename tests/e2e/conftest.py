@@ -1,7 +1,9 @@
 """The end-to-end tier: the local cluster plus its REAL node (`make cluster-up NODE=real`),
 the operator and trainer images built from this repository's Dockerfiles, and the chart
 installed with Helm (hack/realnode-helm.sh). Set up once per session; cold, that builds
-everything (see docs/real-node.md), warm it takes seconds.
+everything (see docs/real-node.md), warm it takes seconds. `make test-e2e` runs the same
+set-up (hack/realnode-up.sh) before pytest, so a cold build is not charged to the first
+test's timeout; a bare `pytest -m e2e` on a cold machine needs that script run first.
 
 A cluster this session started is stopped at the end (like tests/integration), unless
 DTJOB_KEEP_CLUSTER=1 or another pytest session still uses it.

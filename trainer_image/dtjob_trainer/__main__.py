@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         return supervise(children)
     from dtjob_trainer.runner import run_process
 
-    return run_process(env, args.result_file, args.verify_replicas)
+    run_process(env, args.result_file, args.verify_replicas)
 
 
 if __name__ == "__main__":

@@ -91,9 +91,20 @@ def init_distributed(env: DistEnv, backend: str) -> None:
 
 
 def shutdown() -> None:
-    """Leave the process group if one was joined."""
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+    """Leave the process group if one was joined, after every rank has finished with it.
+
+    Without the barrier a fast rank tears down its gloo pairs (and rank 0 the TCPStore)
+    while a slow peer is still in its last collective or store call; under load that peer
+    then aborts in C++ (std::terminate) after a successful run.
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    if dist.get_world_size() > 1:
+        if dist.get_backend() == "nccl":
+            dist.barrier(device_ids=[torch.cuda.current_device()])
+        else:
+            dist.barrier()
+    dist.destroy_process_group()
 
 
 _COMM_MARKERS = (

@@ -1,9 +1,10 @@
 """One training process: contract -> config -> process group -> strategy -> exit code.
 
-`run_process` never raises: every failure becomes the exit code of docs/env-contract.md
-(2 bad config, 143 SIGTERM, 200 rendezvous timeout, 201 peer lost, 1 anything else) with a
-one-line reason on stderr. SIGTERM before training starts exits 143 at once (nothing to
-checkpoint); afterwards it sets `ctx.stop` and the loop checkpoints and exits 143.
+`run_process` never returns: it exits the process with the exit code of docs/env-contract.md
+(0 success, 2 bad config, 143 SIGTERM, 200 rendezvous timeout, 201 peer lost, 1 anything
+else); a failure also prints a one-line reason on stderr. SIGTERM before training starts
+exits 143 at once (nothing to checkpoint); afterwards it sets `ctx.stop` and the loop
+checkpoints and exits 143.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import traceback
 from dataclasses import asdict
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, NoReturn
 
 from dtjob_trainer.config import TrainerConfig, load_config
 from dtjob_trainer.env import DistEnv
@@ -54,16 +55,17 @@ def check_env_matches(env: DistEnv, cfg: TrainerConfig) -> None:
         )
 
 
-def _exit_now(code: int) -> None:
+def _exit_now(code: int) -> NoReturn:
     sys.stdout.flush()
     sys.stderr.flush()
-    # Skip interpreter teardown: communication threads of a broken process group can hang
-    # in their destructors, and the exit code must reach the kubelet.
+    # Skip interpreter teardown on every path, success included: communication threads of
+    # a process group (broken or torn down) can hang or call std::terminate in their C++
+    # destructors, and the exit code must reach the kubelet unchanged.
     os._exit(code)
 
 
-def run_process(env: DistEnv, result_file: str | None, verify_replicas: bool) -> int:
-    """Train as this process's rank; return the exit code (or exit directly on failure)."""
+def run_process(env: DistEnv, result_file: str | None, verify_replicas: bool) -> NoReturn:
+    """Train as this process's rank and exit the process with the contract's exit code."""
     stop = threading.Event()
     training = threading.Event()
 
@@ -77,7 +79,7 @@ def run_process(env: DistEnv, result_file: str | None, verify_replicas: bool) ->
     # Ctrl-C on a local launch reaches every process of the terminal: stop the same way.
     signal.signal(signal.SIGINT, on_sigterm)
     try:
-        return _train(env, result_file, verify_replicas, stop, training)
+        code = _train(env, result_file, verify_replicas, stop, training)
     except TrainerError as exc:
         print(f"dtjob-trainer rank {env.rank}: {exc}", file=sys.stderr)
         _exit_now(exc.exit_code)
@@ -90,7 +92,7 @@ def run_process(env: DistEnv, result_file: str | None, verify_replicas: bool) ->
             print(f"dtjob-trainer rank {env.rank}: {lost}", file=sys.stderr)
             _exit_now(lost.exit_code)
         _exit_now(EXIT_ERROR)
-    return EXIT_ERROR  # unreachable: _exit_now does not return
+    _exit_now(code)
 
 
 def _train(

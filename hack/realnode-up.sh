@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The real-node stack a user would run, brought up idempotently: the local cluster with its
+# real node (`make cluster-up NODE=real`), the images from our Dockerfiles imported into the
+# node's containerd (hack/images.sh), and the chart installed with Helm (hack/realnode-helm.sh).
+# Shared by `make demo` and `make test-e2e`; cold it builds everything, warm it takes seconds.
+# Each phase prints its name and time so a slow cold build is visibly progressing.
+#
+# Usage: hack/realnode-up.sh [label]   (label prefixes the progress lines; default realnode)
+set -euo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+label=${1:-realnode}
+t0=$SECONDS
+phase() { echo "$label: $1 (at $((SECONDS - t0)) s)" >&2; }
+
+phase "1/3 cluster with a real node (make cluster-up NODE=real)"
+DTJOB_NODE=real python3 "$top/hack/cluster.py" up
+state=$(dirname "$(python3 "$top/hack/cluster.py" kubeconfig)")
+export KUBECONFIG=$state/kubeconfig
+PATH=$(cat "$state/bin-dir"):$PATH
+export PATH
+phase "2/3 images from Dockerfile and trainer_image/Dockerfile (hack/images.sh)"
+CONTAINERD_SOCK=$state/realnode/containerd.sock "$top/hack/images.sh" all
+phase "3/3 helm upgrade --install dtjob charts/dtjob-operator"
+"$top/hack/realnode-helm.sh" install
+phase "ready"
