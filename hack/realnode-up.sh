@@ -21,5 +21,7 @@ export PATH
 phase "2/3 images from Dockerfile and trainer_image/Dockerfile (hack/images.sh)"
 CONTAINERD_SOCK=$state/realnode/containerd.sock "$top/hack/images.sh" all
 phase "3/3 helm upgrade --install dtjob charts/dtjob-operator"
+# cluster-up builds only what the cluster runs; helm is ours to build (cached: instant).
+"$top/hack/build-binaries.sh" helm >/dev/null
 "$top/hack/realnode-helm.sh" install
 phase "ready"
