@@ -417,6 +417,8 @@ def down(cfg: Config, quiet: bool = False) -> list[str]:
     )
     if OWNER.exists() and OWNER.read_text().strip() == str(cfg.state):
         OWNER.unlink()
+    # The Docker Engine hack/images.sh started (it only stops the one it recorded).
+    subprocess.run([str(HACK / "images.sh"), "stop"], check=False)
     if stopped and not quiet:
         print(f"cluster-down: real node stopped ({', '.join(stopped)})", file=sys.stderr)
     return stopped
