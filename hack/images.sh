@@ -10,8 +10,8 @@
 #      $DTJOB_CACHE/docker, so torch (the CUDA wheel from PyPI, GBs) downloads once.
 #   3. `docker save | ctr import` into containerd, skipped when that image ID is already there.
 #
-# Docker Engine (Debian's docker.io) runs only while this script needs it, with its own
-# data root and socket, no bridge and no iptables rules (builds use the host network).
+# Docker Engine (Debian's docker.io) is started when needed (`make cluster-down` stops it),
+# with its own data root and socket, no bridge and no iptables rules (builds use the host network).
 #
 # Usage: hack/images.sh [build|import|all|node|stop]   (default all; import and node need the
 #        real node's containerd: CONTAINERD_SOCK)
