@@ -112,6 +112,10 @@ def command(cfg: Config, name: str, bins: Path) -> list[str]:
             "--kubelet-preferred-address-types=InternalIP,Hostname",
             # Endpoints may not hold a loopback address; the reconciler would only log errors.
             "--endpoint-reconciler-type=none", "--profiling=false",
+            # Who deleted which pod (hack/audit-policy.yaml): a lost gang member's culprit.
+            f"--audit-policy-file={HACK / 'audit-policy.yaml'}",
+            f"--audit-log-path={cfg.log('audit')}", "--audit-log-maxsize=50",
+            "--audit-log-maxbackup=1",
         ]  # fmt: skip
     own_kc = str(st / f"{name}.kubeconfig")
     common = [

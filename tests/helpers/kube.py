@@ -6,9 +6,12 @@ Builders return plain dicts (the API's own JSON), so what a test sends is what i
 
 from __future__ import annotations
 
+import contextlib
+import json
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from kubernetes import client
@@ -211,3 +214,24 @@ def set_node_ready(core: client.CoreV1Api, name: str, ready: bool) -> None:
     value = None if ready else "false"  # null in a merge patch removes the annotation
     core.patch_node(name, {"metadata": {"annotations": {NODE_READY: value}}})
     wait_for(lambda: node_ready(core, name) is ready, what=f"node {name} Ready={ready}")
+
+
+def pod_deletions(kubeconfig: Path, namespace: str, prefix: str) -> list[str] | None:
+    """Who deleted (or evicted) pods named `prefix`* in `namespace`, from the local
+    cluster's audit log (hack/audit-policy.yaml); None for a cluster without one."""
+    audit = kubeconfig.parent / "logs" / "audit.log"
+    if not audit.exists():
+        return None
+    found = []
+    for line in audit.read_text().splitlines():
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            ref = record.get("objectRef") or {}
+            if ref.get("namespace") == namespace and ref.get("name", "").startswith(prefix):
+                user = record.get("user", {}).get("username")
+                found.append(
+                    f"{record.get('stageTimestamp')} {record.get('verb')} {ref.get('name')} "
+                    f"by {user} ({record.get('userAgent')}): "
+                    f"{record.get('responseStatus', {}).get('code')}"
+                )
+    return found

@@ -33,10 +33,13 @@ from dtjob_trainer.strategies._ps import Kind, PSClient, ShardServer, ShardState
 
 WORKERS = 2
 LR, TAU = 0.1, 2
-# The accuracy runs: fp32, local SGD with momentum (plain SGD needs far more steps).
+# The accuracy runs: fp32, local SGD with momentum (plain SGD needs far more steps). lr 0.05,
+# not LR: with momentum 0.9 lr 0.1 is at the edge of stability, and the asynchronous centre's
+# accuracy then depends on how the workers happen to interleave (0.81 to 0.98 measured with
+# one worker delayed; once 0.16 in CI). At 0.05 every schedule tried gave 0.975 to 0.986.
 FAST: dict[str, Any] = {
     "precision": "fp32",
-    "optimizer": {"type": "SGD", "lr": LR, "momentum": 0.9},
+    "optimizer": {"type": "SGD", "lr": 0.05, "momentum": 0.9},
 }
 
 
