@@ -97,6 +97,10 @@ CONFIG_KEY: Final = "config.json"
 CONFIG_PATH: Final = f"{CONFIG_MOUNT_DIR}/{CONFIG_KEY}"
 PROGRESS_KEY: Final = "progress.json"
 SHM_MOUNT_PATH: Final = "/dev/shm"
+# The pod volumes the operator adds; a role's pod template may not define volumes so named.
+CONFIG_VOLUME: Final = "config"
+SHM_VOLUME: Final = "dshm"
+CHECKPOINT_VOLUME: Final = "checkpoints"
 DEFAULT_TRAINER_COMMAND: Final = ("python", "-m", "dtjob_trainer", "run")
 
 # Ordered so that rank 0 is worker-0, or stage-0 for the pipeline strategies, and parameter

@@ -137,7 +137,11 @@ class _Planner:
             return Plan(status=dict(self.prior))
         if self.prior_phase in TERMINAL_PHASES:
             return self._finished()
-        errors = validate_job(self.o.job.get("spec"), self.meta.get("name"))
+        errors = validate_job(
+            self.o.job.get("spec"),
+            self.meta.get("name"),
+            allow_host_path=self.settings.allow_host_path,
+        )
         if errors:
             shown = "; ".join(str(e) for e in errors[:MAX_ERRORS_IN_MESSAGE])
             more = len(errors) - MAX_ERRORS_IN_MESSAGE

@@ -46,6 +46,10 @@ class OperatorSettings(BaseSettings):
     pod_security_defaults: bool = True
     """Give pods the 'restricted' Pod Security Standard context (non-root uid 1000, no
     privilege escalation, all capabilities dropped, RuntimeDefault seccomp)."""
+    allow_host_path: bool = False
+    """Allow hostPath volumes in job pod templates. Off: a hostPath volume gives the pod the
+    node's files, which only a trusted namespace should have; the job fails with
+    InvalidSpec naming the volume."""
     progress_sync_seconds: float = Field(default=5.0, gt=0, le=3600)
     """While a job runs, how often its progress is copied into status at the latest."""
     resync_seconds: float = Field(default=10.0, gt=0, le=3600)

@@ -4,9 +4,11 @@ pydantic writes JSON Schema (2020-12); the API server wants a *structural* OpenA
 schema. The differences are handled in one pass (`_structural`): $refs inlined, titles
 dropped, `anyOf [X, null]` turned into `X` + `nullable: true`, numeric exclusive bounds
 turned into OpenAPI's boolean form, `additionalProperties: false` dropped (the server prunes
-or, with kubectl's strict field validation, refuses unknown fields), free-form Kubernetes
-fragments (K8sObject) marked `x-kubernetes-preserve-unknown-fields`, and quantities made
-int-or-string like the core API's. The cross-field rules come from rules.py.
+or, with kubectl's strict field validation, refuses unknown fields), core/v1 types (the
+pod template, marked CORE_TYPE in spec.py) replaced by their real schema from
+coreschema.py, and quantities made int-or-string like the core API's. Nothing is free-form
+(`x-kubernetes-preserve-unknown-fields`): every object has a schema, so the API server
+checks it and bounds its nesting. The cross-field rules come from rules.py.
 
 `python -m dtjob_operator.api.crd [PATH]` writes the CRD as YAML (stdout without PATH);
 `make crds` runs it.
@@ -24,7 +26,7 @@ from pydantic.fields import FieldInfo
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
-from dtjob_operator.api import GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION
+from dtjob_operator.api import GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION, coreschema
 from dtjob_operator.api.rules import (
     IMMUTABLE_MESSAGE,
     MAX_NAME_LENGTH,
@@ -33,7 +35,7 @@ from dtjob_operator.api.rules import (
     NAME_PATTERN,
     RULES,
 )
-from dtjob_operator.api.spec import DistributedTrainingJobSpec, RunPolicy
+from dtjob_operator.api.spec import CORE_TYPE, DistributedTrainingJobSpec, RunPolicy
 from dtjob_operator.api.status import DistributedTrainingJobStatus
 
 CATEGORIES = ["dtjob"]
@@ -54,6 +56,7 @@ _KEY_ORDER = [
     "minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum", "minLength", "maxLength",
     "pattern", "minItems", "maxItems", "minProperties", "maxProperties", INT_OR_STRING,
     "items", "required", "properties", "additionalProperties", PRESERVE_UNKNOWN,
+    "x-kubernetes-list-type", "x-kubernetes-list-map-keys", "x-kubernetes-map-type",
     "x-kubernetes-validations",
 ]  # fmt: skip
 
@@ -90,6 +93,9 @@ def _structural(node: JsonSchemaValue, defs: dict[str, Any], path: str) -> dict[
         node["description"] = " ".join(node["description"].split())
     if node.get("default", ...) is None:
         del node["default"]  # None means "absent", never a stored null
+    if CORE_TYPE in node:
+        # The field's docstring on top of the real core/v1 schema.
+        return _finish({**coreschema.inline(node.pop(CORE_TYPE)), **node})
     if "$ref" in node:
         target = defs[node.pop("$ref").split("/")[-1]]
         # The field's own docstring and default win over the referenced class's.
@@ -102,9 +108,7 @@ def _structural(node: JsonSchemaValue, defs: dict[str, Any], path: str) -> dict[
             raise ValueError(f"{path}: only `X | None` unions fit a structural schema: {options}")
         return _finish({**_structural(others[0], defs, path), **node, "nullable": True})
     if node.get("type") == "object" and node.get("additionalProperties") is True:
-        # dict[str, Any]: a fragment of a core type (toleration, volume, ...) kept verbatim.
-        del node["additionalProperties"]
-        node[PRESERVE_UNKNOWN] = True
+        raise ValueError(f"{path}: a free-form object has no structural schema; give it a type")
     if node.get("additionalProperties") is False:
         del node["additionalProperties"]
     for bound, inclusive in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):

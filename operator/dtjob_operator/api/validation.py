@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
+from dtjob_operator.api.errors import FieldError
 from dtjob_operator.api.facts import Facts
 from dtjob_operator.api.rules import (
     IMMUTABLE_MESSAGE,
@@ -27,27 +27,22 @@ from dtjob_operator.api.rules import (
     NAME_PATTERN,
     RULES,
 )
-from dtjob_operator.api.spec import QUANTITY_PATTERN, DistributedTrainingJobSpec
+from dtjob_operator.api.spec import (
+    DNS1123_SUBDOMAIN,
+    QUANTITY_PATTERN,
+    DistributedTrainingJobSpec,
+)
+from dtjob_operator.api.template_rules import template_errors
 
 
-@dataclass(frozen=True)
-class FieldError:
-    """One problem with a job, tied to the field a user has to change."""
-
-    field: str
-    """Path of the field from the object's root, e.g. "spec.roles.worker.gpus"."""
-    message: str
-    """What is wrong and, where it helps, what to do."""
-
-    def __str__(self) -> str:
-        return f"{self.field}: {self.message}"
-
-
-def validate_job(spec: Mapping[str, Any] | None, name: str | None = None) -> list[FieldError]:
+def validate_job(
+    spec: Mapping[str, Any] | None, name: str | None = None, *, allow_host_path: bool = False
+) -> list[FieldError]:
     """All problems of a job's spec (camelCase dict as stored); empty when it is valid.
 
-    `name` (metadata.name), when given, is checked too. Cross-field rules run only once the
-    spec parses: they need its defaults.
+    `name` (metadata.name), when given, is checked too. Cross-field rules and the pod
+    template rules (template_rules.py; `allow_host_path` is the operator's setting) run only
+    once the spec parses: they need its defaults.
     """
     errors = validate_name(name) if name is not None else []
     if not isinstance(spec, Mapping):
@@ -56,7 +51,11 @@ def validate_job(spec: Mapping[str, Any] | None, name: str | None = None) -> lis
         parsed = DistributedTrainingJobSpec.model_validate(spec)
     except ValidationError as e:
         return errors + [_from_pydantic(d) for d in e.errors()]
-    return errors + cross_field_errors(parsed)
+    return (
+        errors
+        + cross_field_errors(parsed)
+        + template_errors(parsed, allow_host_path=allow_host_path)
+    )
 
 
 def cross_field_errors(spec: DistributedTrainingJobSpec) -> list[FieldError]:
@@ -127,6 +126,14 @@ def _from_pydantic(error: ErrorDetails) -> FieldError:
         QUANTITY_PATTERN
     ):
         message = f"must be a Kubernetes quantity such as 500m, 4 or 16Gi (got {value!r})"
+    elif kind == "string_pattern_mismatch" and error.get("ctx", {}).get("pattern") == (
+        DNS1123_SUBDOMAIN
+    ):
+        message = (
+            "must be a DNS-1123 subdomain, like a PersistentVolumeClaim name: lowercase "
+            "letters, digits, '-' and '.', starting and ending with a letter or digit "
+            f"(got {value!r})"
+        )
     else:
         message = error["msg"]
         if isinstance(value, str | int | float | bool):

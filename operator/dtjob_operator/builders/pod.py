@@ -1,25 +1,28 @@
-"""One trainer pod of a gang: identity, env contract, resources, volumes, security, overlay."""
+"""One trainer pod of a gang: the role's pod template with the operator's contract merged in
+(identity, env contract, resources, volumes, security defaults)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-from dtjob_operator.api.spec import PodTemplateOverlay, RoleSpec
+from dtjob_operator.api import podtemplate as pt
+from dtjob_operator.api.spec import RoleSpec
 from dtjob_operator.builders.job import Job, Manifest, child_metadata
 from dtjob_operator.builders.quantity import format_bytes, parse_bytes
 from dtjob_operator.constants import (
     ANNOTATION_RANK,
     ANNOTATION_WORLD_SIZE,
+    CHECKPOINT_VOLUME,
     CONFIG_KEY,
     CONFIG_MOUNT_DIR,
+    CONFIG_VOLUME,
     DEFAULT_TRAINER_COMMAND,
     LABEL_GENERATION,
     LABEL_ROLE,
     LABEL_ROLE_INDEX,
     RENDEZVOUS_PORT_NAME,
-    RESERVED_PREFIX,
     SHM_MOUNT_PATH,
+    SHM_VOLUME,
     TRAINER_CONTAINER,
 )
 from dtjob_operator.envcontract import build_env, rank_layout
@@ -28,9 +31,6 @@ from dtjob_operator.settings import OperatorSettings
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MIN_SHM_BYTES = 2**30  # below 1Gi, NCCL and DataLoader workers run out of shared memory
-CONFIG_VOLUME = "config"
-SHM_VOLUME = "dshm"
-CHECKPOINT_VOLUME = "checkpoints"
 RUN_AS_ID = 1000
 
 
@@ -65,12 +65,13 @@ def trainer_env(
     role: str,
     index: int,
     generation: int,
-    overlay: PodTemplateOverlay | None,
+    user_env: list[dict[str, Any]],
     settings: OperatorSettings,
 ) -> list[dict[str, Any]]:
-    """Contract variables, then the overlay's extra variables. Contract variables win: an
-    overlay entry with the same name is dropped, because a wrong RANK hangs the whole gang.
-    Extra variables come last so they may refer to contract ones with $(VAR)."""
+    """Contract variables, then the user's. Validation refuses a user variable named like a
+    contract one (a wrong RANK hangs the whole gang); should one get here all the same, it
+    is dropped rather than let it win (the last of two equal names wins in a container).
+    User variables come last so they may refer to contract ones with $(VAR)."""
     contract = build_env(
         job.name,
         job.namespace,
@@ -81,25 +82,18 @@ def trainer_env(
         default_socket_ifname=settings.default_nccl_socket_ifname,
     )
     names = {var["name"] for var in contract}
-    extra = [
-        var
-        for var in (overlay.env if overlay and overlay.env else [])
-        if var.get("name") not in names
-    ]
-    return [*contract, *extra]
+    return [*contract, *(var for var in user_env if var.get("name") not in names)]
 
 
-def volumes_and_mounts(
-    job: Job, role: RoleSpec, settings: OperatorSettings
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The job config, a memory-backed /dev/shm and the checkpoint volume, then the overlay's."""
+def operator_volumes(job: Job, role: RoleSpec, settings: OperatorSettings) -> list[dict[str, Any]]:
+    """The job config, a memory-backed /dev/shm and the checkpoint volume."""
     checkpoint = job.spec.checkpoint
     checkpoint_source: dict[str, Any] = (
         {"persistentVolumeClaim": {"claimName": checkpoint.claimName}}
         if checkpoint.claimName
         else {"emptyDir": {}}
     )
-    volumes: list[dict[str, Any]] = [
+    return [
         {
             "name": CONFIG_VOLUME,
             "configMap": {
@@ -113,16 +107,15 @@ def volumes_and_mounts(
         },
         {"name": CHECKPOINT_VOLUME, **checkpoint_source},
     ]
-    mounts: list[dict[str, Any]] = [
+
+
+def operator_mounts(job: Job) -> list[dict[str, Any]]:
+    """Where the trainer container sees the operator's volumes."""
+    return [
         {"name": CONFIG_VOLUME, "mountPath": CONFIG_MOUNT_DIR, "readOnly": True},
         {"name": SHM_VOLUME, "mountPath": SHM_MOUNT_PATH},
-        {"name": CHECKPOINT_VOLUME, "mountPath": checkpoint.mountPath},
+        {"name": CHECKPOINT_VOLUME, "mountPath": job.spec.checkpoint.mountPath},
     ]
-    overlay = role.template
-    if overlay is not None:
-        volumes += overlay.volumes or []
-        mounts += overlay.volumeMounts or []
-    return volumes, mounts
 
 
 def pod_security_context() -> dict[str, Any]:
@@ -142,14 +135,59 @@ def container_security_context() -> dict[str, Any]:
     return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 
-def _unreserved(values: Mapping[str, str] | None) -> dict[str, str]:
-    return {k: v for k, v in (values or {}).items() if not k.startswith(RESERVED_PREFIX)}
+def _with_defaults(defaults: dict[str, Any], user: Any) -> dict[str, Any]:
+    """The user's fields over ours: a default applies only where the user set nothing."""
+    return {**defaults, **(user if isinstance(user, dict) else {})}
+
+
+def trainer_container(
+    job: Job,
+    role: str,
+    index: int,
+    generation: int,
+    user: dict[str, Any],
+    settings: OperatorSettings,
+) -> dict[str, Any]:
+    """The user's `trainer` container (or none) with the contract merged in.
+
+    image and command: the user's container's when set, else spec.trainer's, else the
+    bundled trainer. Env, the rendezvous port, mounts and resources: the contract's first
+    (validation refuses user settings that contradict it), then the user's. Everything
+    else the user set (probes, envFrom, workingDir, lifecycle, ...) is kept."""
+    spec = job.spec
+    trainer = spec.trainer
+    role_spec: RoleSpec = getattr(spec.roles, role)
+    container = dict(user)
+    container["name"] = TRAINER_CONTAINER
+    container["image"] = user.get("image") or trainer.image or settings.trainer_image
+    if "command" not in user:
+        container["command"] = list(trainer.command or DEFAULT_TRAINER_COMMAND)
+        if "args" not in user and trainer.args:
+            container["args"] = list(trainer.args)
+    if "imagePullPolicy" not in user and trainer.imagePullPolicy:
+        container["imagePullPolicy"] = trainer.imagePullPolicy
+    container["env"] = trainer_env(job, role, index, generation, user.get("env") or [], settings)
+    rendezvous = {"name": RENDEZVOUS_PORT_NAME, "containerPort": spec.network.masterPort}
+    container["ports"] = [rendezvous, *(user.get("ports") or [])]
+    container["volumeMounts"] = [*operator_mounts(job), *(user.get("volumeMounts") or [])]
+    # The last log lines become the termination message, so a failed pod's error shows
+    # up in the job's Failed condition without anyone running kubectl logs.
+    container.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")
+    container.pop("resources", None)  # the role's (validation refuses the user's)
+    if res := resources(role_spec):
+        container["resources"] = res
+    if settings.pod_security_defaults:
+        container["securityContext"] = _with_defaults(
+            container_security_context(), user.get("securityContext")
+        )
+    return container
 
 
 def build_pod(
     job: Job, role: str, index: int, generation: int, settings: OperatorSettings
 ) -> Manifest:
-    """The trainer pod `<job>-<role>-<index>` of gang `generation`.
+    """The trainer pod `<job>-<role>-<index>` of gang `generation`: the role's pod template
+    with the operator's contract merged in (docs/api.md, "The pod template").
 
     restartPolicy Never: NCCL cannot lose a member, so the operator restarts the whole gang
     rather than letting the kubelet restart one container into a dead collective."""
@@ -157,64 +195,51 @@ def build_pod(
     role_spec: RoleSpec | None = getattr(spec.roles, role)
     if role_spec is None:
         raise KeyError(f"job {job.name} has no role {role!r}")
-    overlay = role_spec.template
+    template = role_spec.template
     layout = rank_layout(spec)
     slot = layout.slot(role, index)
     name = pod_name(job.name, role, index)
 
     metadata = child_metadata(job, name)
     metadata["labels"] = {
-        **_unreserved(overlay.labels if overlay else None),
+        **pt.merged(pt.label_maps(template)),
         **metadata["labels"],
         **pod_labels(role, index, generation),
     }
     metadata["annotations"] = {
-        **_unreserved(overlay.annotations if overlay else None),
+        **pt.merged(pt.annotation_maps(template)),
         ANNOTATION_RANK: str(slot.base_rank),
         ANNOTATION_WORLD_SIZE: str(layout.world_size),
     }
 
-    trainer = spec.trainer
-    volumes, mounts = volumes_and_mounts(job, role_spec, settings)
-    container: dict[str, Any] = {
-        "name": TRAINER_CONTAINER,
-        "image": trainer.image or settings.trainer_image,
-        "command": list(trainer.command or DEFAULT_TRAINER_COMMAND),
-        "env": trainer_env(job, role, index, generation, overlay, settings),
-        "ports": [{"name": RENDEZVOUS_PORT_NAME, "containerPort": spec.network.masterPort}],
-        "volumeMounts": mounts,
-        # The last log lines become the termination message, so a failed pod's error shows
-        # up in the job's Failed condition without anyone running kubectl logs.
-        "terminationMessagePolicy": "FallbackToLogsOnError",
-    }
-    if trainer.args:
-        container["args"] = list(trainer.args)
-    if trainer.imagePullPolicy:
-        container["imagePullPolicy"] = trainer.imagePullPolicy
-    if res := resources(role_spec):
-        container["resources"] = res
-
-    pod_spec: dict[str, Any] = {
-        "hostname": name,
-        "subdomain": service_name(job.name),
-        "restartPolicy": "Never",
-        "serviceAccountName": service_account_name(job.name),
-        "terminationGracePeriodSeconds": settings.termination_grace_period_seconds,
-        # Service links would inject e.g. MASTER_PORT=tcp://... for a Service named
-        # "master" in the namespace; the contract alone defines the environment.
-        "enableServiceLinks": False,
-        "containers": [container],
-        "volumes": volumes,
-    }
+    pod_spec = pt.folded_pod_spec(template)
+    containers = list(pod_spec.get("containers") or [])
+    position = pt.trainer_index(pod_spec)
+    user_trainer = containers[position] if position is not None else {}
+    merged_trainer = trainer_container(job, role, index, generation, user_trainer, settings)
+    if position is None:
+        containers.insert(0, merged_trainer)  # first: the container `kubectl logs` shows
+    else:
+        containers[position] = merged_trainer
+    pod_spec.update(
+        hostname=name,
+        subdomain=service_name(job.name),
+        restartPolicy="Never",
+        containers=containers,
+        volumes=[*operator_volumes(job, role_spec, settings), *(pod_spec.get("volumes") or [])],
+    )
+    # The per-job account may patch the job's progress; a user's account is bound to the
+    # same Role (builders/rbac.py).
+    pod_spec.setdefault("serviceAccountName", service_account_name(job.name))
+    pod_spec.setdefault("terminationGracePeriodSeconds", settings.termination_grace_period_seconds)
+    # Service links would inject e.g. MASTER_PORT=tcp://... for a Service named "master"
+    # in the namespace; the contract alone defines the environment.
+    pod_spec.setdefault("enableServiceLinks", False)
     if settings.pod_security_defaults:
-        pod_spec["securityContext"] = pod_security_context()
-        container["securityContext"] = container_security_context()
-    priority = (overlay.priorityClassName if overlay else None) or spec.priorityClassName
+        pod_spec["securityContext"] = _with_defaults(
+            pod_security_context(), pod_spec.get("securityContext")
+        )
+    priority = pod_spec.get("priorityClassName") or spec.priorityClassName
     if priority:
         pod_spec["priorityClassName"] = priority
-    if overlay is not None:
-        for key in ("nodeSelector", "tolerations", "affinity", "schedulerName", "runtimeClassName"):
-            value = getattr(overlay, key)
-            if value:
-                pod_spec[key] = value
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}

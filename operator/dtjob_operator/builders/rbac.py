@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dtjob_operator.api import podtemplate as pt
 from dtjob_operator.builders.job import Job, Manifest, child_metadata
 from dtjob_operator.naming import (
     progress_config_map_name,
@@ -15,9 +16,12 @@ def build_rbac(job: Job) -> list[Manifest]:
     """ServiceAccount, Role and RoleBinding, in the order they must exist.
 
     The Role names the one progress ConfigMap (resourceNames) and allows only get and
-    patch, so a compromised trainer can change nothing but its own job's progress."""
+    patch, so a compromised trainer can change nothing but its own job's progress. Pods
+    whose template names its own serviceAccountName run as that account, so it is bound
+    too: progress reporting keeps working, and the account gains only this one right."""
     sa = service_account_name(job.name)
     role = role_name(job.name)
+    accounts = [sa, *sorted(user_service_accounts(job) - {sa})]
     return [
         {
             "apiVersion": "v1",
@@ -42,6 +46,21 @@ def build_rbac(job: Job) -> list[Manifest]:
             "kind": "RoleBinding",
             "metadata": child_metadata(job, role_binding_name(job.name)),
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
-            "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": job.namespace}],
+            "subjects": [
+                {"kind": "ServiceAccount", "name": name, "namespace": job.namespace}
+                for name in accounts
+            ],
         },
     ]
+
+
+def user_service_accounts(job: Job) -> set[str]:
+    """serviceAccountName of each role's pod template, where one is set."""
+    names = set()
+    for role in ("worker", "ps", "stage"):
+        role_spec = getattr(job.spec.roles, role)
+        if role_spec is not None:
+            name = pt.folded_pod_spec(role_spec.template).get("serviceAccountName")
+            if isinstance(name, str) and name:
+                names.add(name)
+    return names
