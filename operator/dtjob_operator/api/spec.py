@@ -1,9 +1,9 @@
 """The spec of a DistributedTrainingJob. Field docstrings become `kubectl explain` text."""
 
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
-from pydantic import BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic import BeforeValidator, ConfigDict, Field, JsonValue, WithJsonSchema
 
 from dtjob_operator.api.base import ApiModel
 from dtjob_operator.constants import CONFIG_MOUNT_DIR, SHM_MOUNT_PATH
@@ -267,7 +267,7 @@ class PodTemplate(ApiModel):
     a field both ways is refused, lists and maps are combined."""
 
     model_config = ApiModel.model_config | ConfigDict(
-        json_schema_extra={"x-kubernetes-validations": TEMPLATE_CEL}
+        json_schema_extra={"x-kubernetes-validations": cast("list[JsonValue]", TEMPLATE_CEL)}
     )
 
     metadata: PodTemplateMetadata | None = None
@@ -413,7 +413,7 @@ class CheckpointSpec(ApiModel):
     """Where and how often the trainer checkpoints; resume on restart is automatic."""
 
     model_config = ApiModel.model_config | ConfigDict(
-        json_schema_extra={"x-kubernetes-validations": CHECKPOINT_CEL}
+        json_schema_extra={"x-kubernetes-validations": cast("list[JsonValue]", CHECKPOINT_CEL)}
     )
 
     claimName: str | None = Field(default=None, max_length=253, pattern=DNS1123_SUBDOMAIN)
