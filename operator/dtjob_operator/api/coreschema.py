@@ -10,8 +10,9 @@ bounded by the schema (a free-form object would accept anything, however deep).
 What `extract` keeps and changes, so that the result is a structural CRD schema:
 - the types reachable from PodSpec (plus the short fields' types), `$ref`s kept by short
   name (`inline` resolves them when the CRD is generated; core/v1 has no cycles there);
-- descriptions dropped (the CRD stays small enough to install; `kubectl explain pod.spec`
-  has them), as are the strategic-merge-patch and union markers a CRD does not take;
+- descriptions and numeric formats dropped (the CRD stays small enough for client-side
+  `kubectl apply`; `kubectl explain pod.spec` has them), as are the strategic-merge-patch
+  and union markers a CRD does not take;
 - IntOrString and Quantity (`oneOf` integer/number and string) become
   `x-kubernetes-int-or-string`;
 - enums (ENUMS) for the fields whose values core/v1 names only in prose;
@@ -47,8 +48,9 @@ _OBJECT_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
 _DROPPED_PROPERTIES = {"PodSpec": {"ephemeralContainers"}}
 # The operator adds the trainer container, so a template may have none of its own.
 _OPTIONAL = {"PodSpec": {"containers"}}
-# Formats the API server knows for CRDs; others (e.g. int-or-string) are dropped.
-_FORMATS = {"int32", "int64", "double", "float", "byte", "date-time"}
+# String formats the API server checks in a CRD. Numeric ones (int32, int64, double) are
+# dropped: they check nothing there and cost 5 KB of a CRD that must stay under 256 KiB.
+_FORMATS = {"byte", "date-time"}
 _KEPT_KEYS = {
     "type", "format", "enum", "required", "properties", "items", "additionalProperties",
     "x-kubernetes-list-type", "x-kubernetes-list-map-keys", "x-kubernetes-map-type",

@@ -121,6 +121,8 @@ def test_settings_come_from_values() -> None:
     assert container(objects)["image"] == "dtjob/operator:dev"
     defaults = env(render())
     assert defaults["DTJOB_TRAINER_IMAGE"] == "dtjob/trainer:0.1.0"  # the appVersion
+    assert defaults["DTJOB_ALLOW_HOST_PATH"] == "false"
+    assert env(render("allowHostPath=true"))["DTJOB_ALLOW_HOST_PATH"] == "true"
     assert defaults["DTJOB_NAMESPACES"] == ""  # the whole cluster
 
 
