@@ -35,8 +35,9 @@ from dtjob_operator.api.rules import (
     NAME_PATTERN,
     RULES,
 )
-from dtjob_operator.api.spec import CORE_TYPE, DistributedTrainingJobSpec, RunPolicy
+from dtjob_operator.api.spec import DistributedTrainingJobSpec, RunPolicy
 from dtjob_operator.api.status import DistributedTrainingJobStatus
+from dtjob_operator.api.template_spec import CORE_TYPE
 
 CATEGORIES = ["dtjob"]
 PRINTER_COLUMNS: list[dict[str, Any]] = [

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from dtjob_operator.api.spec import PodTemplate
+from dtjob_operator.api.template_spec import PodTemplate
 from dtjob_operator.constants import TRAINER_CONTAINER
 
 # Short fields that are one value of the PodSpec; setting them in both places is refused.

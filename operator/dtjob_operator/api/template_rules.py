@@ -21,7 +21,8 @@ from collections.abc import Iterable
 
 from dtjob_operator.api import podtemplate as pt
 from dtjob_operator.api.errors import FieldError
-from dtjob_operator.api.spec import DistributedTrainingJobSpec, PodTemplate
+from dtjob_operator.api.spec import DistributedTrainingJobSpec
+from dtjob_operator.api.template_spec import PodTemplate
 from dtjob_operator.constants import (
     CHECKPOINT_VOLUME,
     CONFIG_MOUNT_DIR,
@@ -117,9 +118,11 @@ def _both_ways(template: PodTemplate) -> Iterable[tuple[str, str]]:
     for name in pt.SHORT_VALUES:
         if getattr(template, name) is not None and name in pod:
             yield name, f"also set as spec.{name}; set it in one place"
-    for kind in ("labels", "annotations"):
-        maps = getattr(pt, "label_maps" if kind == "labels" else "annotation_maps")(template)
-        if len(maps) == 2:
+    for kind, maps in (
+        ("labels", pt.label_maps(template)),
+        ("annotations", pt.annotation_maps(template)),
+    ):
+        if len(maps) == 2:  # metadata.<kind> and the short <kind>
             for key in sorted(set(maps[0].value) & set(maps[1].value)):
                 yield f"{kind}[{key}]", f"also set in metadata.{kind}; set it in one place"
 
