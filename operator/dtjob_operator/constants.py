@@ -97,6 +97,9 @@ CONFIG_KEY: Final = "config.json"
 CONFIG_PATH: Final = f"{CONFIG_MOUNT_DIR}/{CONFIG_KEY}"
 PROGRESS_KEY: Final = "progress.json"
 SHM_MOUNT_PATH: Final = "/dev/shm"
+# The container's default terminationMessagePath: torchrun's error file goes there, so the
+# failing child's exit code reaches the pod status (policies/launcher_exit.py).
+TERMINATION_MESSAGE_PATH: Final = "/dev/termination-log"
 DEFAULT_TRAINER_COMMAND: Final = ("python", "-m", "dtjob_trainer", "run")
 
 # Ordered so that rank 0 is worker-0, or stage-0 for the pipeline strategies, and parameter
