@@ -195,6 +195,20 @@ def test_malformed_job_is_refused_naming_the_field(
     assert field in {e.field for e in validate_job(spec, name=name)}
 
 
+def test_bundled_trainer_rules_spare_a_custom_command(
+    jobs: client.CustomObjectsApi, namespace: str
+) -> None:
+    # 12 pods x 2 GPUs = 24 worker processes, over which the default batchSize 64 does not
+    # split: the bundled trainer cannot run it, a custom command never splits that batch.
+    bundled = with_(DP, roles__worker={"replicas": 12, "gpus": 2})
+    message = refusal(lambda: create(jobs, namespace, manifest(bundled)))
+    assert "spec.trainer.batchSize" in message and "worker processes" in message, message
+    custom = with_(bundled, trainer__command=["torchrun", "train.py"])
+    accepted = create(jobs, namespace, manifest(custom))
+    assert accepted["spec"]["trainer"]["batchSize"] == 64
+    assert validate_job(custom) == []
+
+
 @pytest.mark.parametrize(
     "path",
     sorted(EXAMPLES.glob("*.yaml")) + sorted(EXAMPLES.glob("cpu/*.yaml")),

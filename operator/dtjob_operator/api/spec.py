@@ -296,8 +296,10 @@ class TrainerSpec(ApiModel):
     imagePullPolicy: str | None = Field(default=None, pattern=r"^(Always|IfNotPresent|Never)$")
     """Always, IfNotPresent or Never."""
     command: list[Arg] | None = Field(default=None, min_length=1, max_length=256)
-    """Custom trainer command; when set, the bundled trainer settings below are only
-    passed on in the job config file."""
+    """Custom trainer command (e.g. ["dtjob-run", "--", "torchrun", ...]); when set, the
+    bundled trainer does not run, its rules (batch splits, micro-batches, model) are not
+    checked, and the settings below are only passed on in the job config file. Unset: the
+    container runs the bundled trainer (python -m dtjob_trainer run), whatever the image."""
     args: list[Arg] | None = Field(default=None, max_length=256)
     """Arguments of the custom command."""
     model: ModelSpec = Field(default_factory=ModelSpec)
