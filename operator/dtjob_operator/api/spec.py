@@ -1,9 +1,10 @@
 """The spec of a DistributedTrainingJob. Field docstrings become `kubectl explain` text."""
 
+import re
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, Field
+from pydantic import BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
 
 from dtjob_operator.api.base import ApiModel
 
@@ -30,6 +31,39 @@ Quantity = Annotated[
     # Last, so it wraps the constrained str (and the pattern stays in the JSON schema).
     BeforeValidator(_int_to_quantity),
 ]
+# Extended resources (a device plugin's `<domain>/<name>`, as Kubernetes'
+# IsExtendedResourceName) and hugepages, the names a role may request besides cpu and memory.
+DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
+EXTENDED_RESOURCE_PATTERN = (
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+    r"/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+HUGEPAGES_PATTERN = r"^hugepages-[0-9]+(Ki|Mi|Gi)$"
+RESOURCE_NAME_MAX = 253
+MAX_EXTENDED_RESOURCES = 16
+# kubernetes.io and its subdomains are Kubernetes' own (not extended resources), and
+# requests.* is how a ResourceQuota names a resource, not a resource.
+RESERVED_RESOURCE_PATTERN = r"^(requests[.]|([^/]*[.])?kubernetes[.]io/)"
+EXTENDED_NAME_RULE = (
+    f"self.all(k, (k.matches('{EXTENDED_RESOURCE_PATTERN}') && "
+    f"!k.matches('{RESERVED_RESOURCE_PATTERN}')) || k.matches('{HUGEPAGES_PATTERN}'))"
+)
+EXTENDED_NAME_MESSAGE = (
+    "keys must be extended resource names (<domain>/<name> outside kubernetes.io, e.g. "
+    "rdma/hca_shared_devices_a or vpc.amazonaws.com/efa) or hugepages-<size>; cpu, memory "
+    "and the GPUs (gpus, gpuResource) have fields of their own"
+)
+GPU_IN_EXTENDED_MESSAGE = "must not list gpuResource: set gpus instead"
+
+
+def is_extended_resource(name: str) -> bool:
+    """A device plugin's resource name, as Kubernetes' IsExtendedResourceName."""
+    return (
+        re.match(EXTENDED_RESOURCE_PATTERN, name) is not None
+        and re.match(RESERVED_RESOURCE_PATTERN, name) is None
+    )
+
+
 # Fragments of Kubernetes core types (tolerations, volumes, ...) are passed through as-is.
 K8sObject = dict[str, Any]
 # Lists and maps carry bounds so that the API server can estimate the cost of the CEL rules
@@ -214,7 +248,27 @@ class RoleSpec(ApiModel):
     replicas: int = Field(default=1, ge=1, le=4096)
     """Number of pods in this role."""
     gpus: int = Field(default=0, ge=0, le=64)
-    """Whole nvidia.com/gpu per pod (requests = limits)."""
+    """Whole GPUs (of gpuResource) per pod (requests = limits)."""
+    gpuResource: str = Field(
+        default=DEFAULT_GPU_RESOURCE,
+        max_length=RESOURCE_NAME_MAX,
+        pattern=EXTENDED_RESOURCE_PATTERN,
+    )
+    """Extended resource the gpus are requested as: nvidia.com/gpu, a MIG profile such as
+    nvidia.com/mig-1g.10gb, amd.com/gpu. GPU defaults (/dev/shm size, backend auto = nccl)
+    follow gpus whatever the name."""
+    extendedResources: dict[str, Quantity] | None = Field(
+        default=None,
+        max_length=MAX_EXTENDED_RESOURCES,
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {"rule": EXTENDED_NAME_RULE, "message": EXTENDED_NAME_MESSAGE}
+            ]
+        },
+    )
+    """Other resources per pod (requests = limits), e.g. {"rdma/hca_shared_devices_a": 1,
+    "vpc.amazonaws.com/efa": 4, "hugepages-2Mi": "1Gi"}. Gang admission counts them against
+    ResourceQuota (requests.<name>) and node allocatable."""
     procsPerPod: int | None = Field(default=None, ge=1, le=64)
     """Training processes per pod; defaults to gpus, or 1 for CPU-only pods."""
     cpu: Quantity | None = None
@@ -223,6 +277,53 @@ class RoleSpec(ApiModel):
     """Memory per pod (requests = limits), e.g. "16Gi"."""
     template: PodTemplateOverlay | None = None
     """Pod additions: nodeSelector, tolerations, volumes, priorityClassName, schedulerName, ..."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.extendedResources) || "
+                    "!(self.gpuResource in self.extendedResources)",
+                    "message": GPU_IN_EXTENDED_MESSAGE,
+                    "fieldPath": ".extendedResources",
+                },
+                {
+                    "rule": f"!self.gpuResource.matches('{RESERVED_RESOURCE_PATTERN}')",
+                    "message": "must be an extended resource name outside kubernetes.io, "
+                    "e.g. nvidia.com/gpu or amd.com/gpu",
+                    "fieldPath": ".gpuResource",
+                },
+            ]
+        }
+    )
+
+    @field_validator("gpuResource")
+    @classmethod
+    def _gpu_resource_is_extended(cls, name: str) -> str:
+        if not is_extended_resource(name):
+            raise ValueError(
+                f"must be an extended resource name <domain>/<name> outside kubernetes.io, "
+                f"e.g. nvidia.com/gpu or amd.com/gpu (got {name!r})"
+            )
+        return name
+
+    @field_validator("extendedResources")
+    @classmethod
+    def _extended_names(
+        cls, amounts: dict[str, str] | None, info: ValidationInfo
+    ) -> dict[str, str] | None:
+        bad = [
+            k
+            for k in amounts or {}
+            if not (is_extended_resource(k) or re.match(HUGEPAGES_PATTERN, k))
+        ]
+        if bad:
+            raise ValueError(f"{EXTENDED_NAME_MESSAGE} (got {', '.join(map(repr, bad))})")
+        # gpuResource is declared first, so it is already validated (absent when invalid).
+        gpu = info.data.get("gpuResource")
+        if amounts and gpu in amounts:
+            raise ValueError(f"{GPU_IN_EXTENDED_MESSAGE} (got {gpu!r})")
+        return amounts
 
     def processes(self) -> int:
         """Processes per pod after defaulting."""
