@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -27,7 +28,11 @@ time.sleep(float(sys.argv[3]))
 def dtjob_run(tmp_path: Path, *child_args: str) -> subprocess.Popen[bytes]:
     script = tmp_path / "child.py"
     script.write_text(CHILD)
+    with socket.socket() as s:  # a port of its own: other torchrun runs may share the host
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
+    torchrun += ["--master-port", port]
     env = {**os.environ, "TORCHELASTIC_ERROR_FILE": str(tmp_path / "termination-log")}
     return subprocess.Popen(
         [
