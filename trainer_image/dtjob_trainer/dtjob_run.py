@@ -8,8 +8,9 @@ output through, forwards SIGTERM/SIGINT to it (so the children can checkpoint), 
 exits non-zero, exits with the code of the child that failed first instead:
 
 - from torchrun's error file (JSON, `message.errorCode`; `SignalException ... got signal: N`
-  when torchrun itself was stopped by a signal -> 128 + N), which dtjob-run points to a file
-  of its own through TORCHELASTIC_ERROR_FILE;
+  when torchrun itself was stopped by a signal -> 128 + N; a timeout reaching rank 0's
+  rendezvous store -> 200, the contract's rendezvous timeout), which dtjob-run points to a
+  file of its own through TORCHELASTIC_ERROR_FILE;
 - else from the "Root Cause" block of torchrun's failure summary on stderr (a child that
   called sys.exit(75) or was killed writes no error file); torchrun reports signals as
   negative codes, which become 128 + signal, as a container runtime reports them.
@@ -45,6 +46,12 @@ TAIL_LINES = 200  # torchrun's summary is the last ~30 lines of its stderr
 MESSAGE_LIMIT = 1024  # the kubelet keeps 4096 bytes of a termination message
 
 _SIGNAL = re.compile(r"SignalException: Process \d+ got signal: (\d+)")
+# torchrun could not reach the rendezvous store on rank 0's pod in time.
+_RENDEZVOUS = re.compile(
+    r"(DistNetworkError|DistStoreError|RendezvousTimeoutError).*(timed out|timeout)",
+    re.IGNORECASE,
+)
+RENDEZVOUS_TIMEOUT_CODE = 200  # the env contract's code for it: retryable
 _ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):(.*)", re.DOTALL)
 _SUMMARY_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)", re.MULTILINE)
 _SUMMARY_CODE = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)", re.MULTILINE)
@@ -79,6 +86,8 @@ def from_error_file(path: Path) -> ChildFailure | None:
         return ChildFailure(container_code(code), None, message)
     if match := _SIGNAL.search(message):
         return ChildFailure(128 + int(match.group(1)), None, message)
+    if _RENDEZVOUS.search(message):
+        return ChildFailure(RENDEZVOUS_TIMEOUT_CODE, None, message)
     return None
 
 

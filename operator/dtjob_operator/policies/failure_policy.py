@@ -66,8 +66,8 @@ class PodFailure:
     """Set when a launcher's child decided `exit_code`: the container's own code."""
     child_rank: int | None = None
     """The failing child's global rank, when the launcher named it."""
-    launcher_stopped: bool = False
-    """The launcher itself was stopped by signal exit_code - 128 (no child failed first)."""
+    launcher_failure: str | None = None
+    """What happened to the launcher itself, when no child failed first."""
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ def observe_failure(pod: Pod) -> PodFailure | None:
         exit_code=child.exit_code,
         container_exit_code=code,
         child_rank=child.rank,
-        launcher_stopped=child.launcher_stopped,
+        launcher_failure=child.launcher_failure,
         detail=child.error or failure.detail,
     )
 
@@ -232,8 +232,8 @@ def _launcher_text(failure: PodFailure) -> str:
     where = f"(container exit {failure.container_exit_code}) in container {failure.container}"
     code = failure.exit_code
     assert code is not None
-    if failure.launcher_stopped:
-        return f"{LAUNCHER} was stopped by signal {code - 128}, counted as code {code} {where}"
+    if failure.launcher_failure:
+        return f"{LAUNCHER} {failure.launcher_failure}, counted as code {code} {where}"
     rank = f" (rank {failure.child_rank})" if failure.child_rank is not None else ""
     return f"child process{rank} exited with code {code} under {LAUNCHER} {where}"
 

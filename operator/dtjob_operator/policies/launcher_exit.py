@@ -10,8 +10,11 @@ code in the container's termination message, which can be, as torchrun 2.13 writ
   the env contract): JSON `{"message": {"message": "...", "errorCode": N, "extraInfo": {...}}}`.
   torchrun copies it there when a child died of an exception under `@record` (errorCode is
   the child's code), and writes its own when it was stopped by a signal
-  ("SignalException: Process P got signal: 15", no errorCode). `dtjob-run` writes the same
-  format for every child failure, with the global rank in extraInfo.rank.
+  ("SignalException: Process P got signal: 15", no errorCode) or could not reach rank 0's
+  rendezvous store ("DistNetworkError: The client socket has timed out ... trying to
+  connect to (host, port)": counted as 200, the contract's rendezvous timeout, retryable).
+  `dtjob-run` writes the same format for every child failure, with the global rank in
+  extraInfo.rank.
 - the last log lines (terminationMessagePolicy FallbackToLogsOnError, when no error file was
   written: a child that called sys.exit(75) or was killed writes none): torchrun's
   ChildFailedError summary ends with a "Root Cause" block naming the rank and exitcode.
@@ -34,6 +37,13 @@ LAUNCHER = "torchrun"
 _ERROR_CODE = re.compile(r'"errorCode"\s*:\s*(-?\d+)')
 _RANK = re.compile(r'"rank"\s*:\s*"?(\d+)')
 _SIGNAL = re.compile(r"SignalException: Process \d+ got signal: (\d+)")
+# torchrun's agent timing out on the TCPStore of rank 0's pod (static rendezvous), or the
+# c10d rendezvous backends timing out.
+_RENDEZVOUS = re.compile(
+    r"(DistNetworkError|DistStoreError|RendezvousTimeoutError)[^\n\"]*(timed out|timeout)",
+    re.IGNORECASE,
+)
+RENDEZVOUS_TIMEOUT_CODE = 200  # the env contract's code for it (docs/env-contract.md)
 _ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):(.*)", re.DOTALL)
 _SUMMARY_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)", re.MULTILINE)
 _SUMMARY_CODE = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)", re.MULTILINE)
@@ -47,8 +57,9 @@ class ChildExit:
     """The child's exit code, signals as 128 + signal (SIGKILL -> 137)."""
     rank: int | None
     """Global rank of the child, when the message names it."""
-    launcher_stopped: bool = False
-    """The launcher itself was stopped by the signal (exit_code - 128), not a child."""
+    launcher_failure: str | None = None
+    """What happened to the launcher itself when no child failed: "was stopped by signal
+    15", "timed out reaching rank 0's rendezvous"."""
     error: str | None = None
     """The error file's message (the child's exception), without the traceback."""
 
@@ -78,7 +89,7 @@ def _from_error_file(text: str) -> ChildExit | None:
         error = str(body.get("message") or "") or None
         if isinstance(code, int) and code != 0:
             return ChildExit(_container_code(code), rank, error=error)
-        return _signal(error or "")
+        return _signal(error or "", error)
     if (match := _ERROR_CODE.search(text)) and int(match.group(1)) != 0:
         rank_match = _RANK.search(text)
         rank = int(rank_match.group(1)) if rank_match else None
@@ -98,11 +109,17 @@ def _from_summary(text: str) -> ChildExit | None:
     return ChildExit(_container_code(int(code.group(1))), int(rank.group(1)) if rank else None)
 
 
-def _signal(message: str) -> ChildExit | None:
-    match = _SIGNAL.search(message)
-    if match is None:
-        return None
-    return ChildExit(128 + int(match.group(1)), None, launcher_stopped=True, error=match.group(0))
+def _signal(message: str, error: str | None = None) -> ChildExit | None:
+    """The launcher's own failure, from its error message (`error`: the whole message
+    when known; else the matched words)."""
+    if match := _SIGNAL.search(message):
+        signal = int(match.group(1))
+        why = f"was stopped by signal {signal}"
+        return ChildExit(128 + signal, None, why, error or match.group(0))
+    if match := _RENDEZVOUS.search(message):
+        why = "timed out reaching rank 0's rendezvous"
+        return ChildExit(RENDEZVOUS_TIMEOUT_CODE, None, why, error or match.group(0))
+    return None
 
 
 def _container_code(code: int) -> int:

@@ -92,3 +92,26 @@ def test_other_commands_pass_their_code_through(tmp_path: Path, code: int, expec
     )
     assert result.returncode == expected
     assert not (tmp_path / "t").exists()
+
+
+def test_rendezvous_timeout_of_torchrun_exits_200(tmp_path: Path) -> None:
+    # A second node whose rank 0 never comes: torchrun gives up on the store after 3 s.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    (tmp_path / "child.py").write_text("pass\n")
+    torchrun = [
+        sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", "1",
+        "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", port,
+        "--rdzv-conf", "timeout=3", str(tmp_path / "child.py"),
+    ]  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "dtjob_trainer.dtjob_run", "--", *torchrun],
+        env={**os.environ, "TORCHELASTIC_ERROR_FILE": str(tmp_path / "termination-log")},
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 200, result.stderr[-2000:]
+    child = child_exit((tmp_path / "termination-log").read_text())
+    assert child is not None and child.exit_code == 200

@@ -14,7 +14,11 @@ import pytest
 from unit.operator.builders import a_job, a_pod
 
 from dtjob_operator.api.spec import RunPolicy
-from dtjob_operator.constants import REASON_POD_FAILED_RETRYABLE, REASON_PREEMPTED
+from dtjob_operator.constants import (
+    REASON_POD_FAILED_RETRYABLE,
+    REASON_PREEMPTED,
+    REASON_RENDEZVOUS_TIMEOUT,
+)
 from dtjob_operator.policies.failure_policy import is_retryable, judge, observe_failure
 from dtjob_operator.policies.launcher_exit import ChildExit, child_exit
 
@@ -43,7 +47,17 @@ def test_error_file_of_a_child_exception_gives_its_error_code_and_message() -> N
 def test_torchrun_stopped_by_sigterm_counts_as_143() -> None:
     child = child_exit(fixture("error-file-sigterm.json"))
     assert child is not None
-    assert (child.exit_code, child.launcher_stopped) == (143, True)
+    assert (child.exit_code, child.launcher_failure) == (143, "was stopped by signal 15")
+
+
+def test_torchrun_unable_to_reach_rank_0_counts_as_a_rendezvous_timeout() -> None:
+    child = child_exit(fixture("error-file-rendezvous-timeout.json"))
+    assert child is not None
+    assert (child.exit_code, child.launcher_failure) == (
+        200,
+        "timed out reaching rank 0's rendezvous",
+    )
+    assert child.error is not None and child.error.startswith("DistNetworkError: The client")
 
 
 def test_dtjob_run_error_file_carries_the_rank() -> None:
@@ -56,7 +70,7 @@ def test_error_file_cut_short_by_the_kubelet_is_still_read() -> None:
     assert child_exit(text) == ChildExit(75, 2)
     cut = fixture("error-file-sigterm.json")[:200]
     assert child_exit(cut) == ChildExit(
-        143, None, True, "SignalException: Process 13214 got signal: 15"
+        143, None, "was stopped by signal 15", "SignalException: Process 13214 got signal: 15"
     )
 
 
@@ -100,6 +114,19 @@ def test_torchrun_stopped_by_sigterm_is_retryable_as_preempted() -> None:
     assert "torchrun was stopped by signal 15, counted as code 143 (container exit 1)" in (
         verdict.message
     )
+
+
+def test_torchrun_rendezvous_timeout_is_retryable() -> None:
+    pod = a_pod(JOB, "worker", 1).failed(
+        exit_code=1, message=fixture("error-file-rendezvous-timeout.json")
+    )
+    verdict = judge([observe_failure(pod.obj())], RunPolicy())  # type: ignore[list-item]
+    assert verdict is not None and verdict.retryable
+    assert verdict.reason == REASON_RENDEZVOUS_TIMEOUT
+    assert "torchrun timed out reaching rank 0's rendezvous, counted as code 200" in (
+        verdict.message
+    )
+    assert verdict.message.endswith("trying to connect to (127.0.0.1, 54065).")
 
 
 def test_child_exception_stays_permanent_and_shows_its_error() -> None:
