@@ -22,7 +22,7 @@ from dtjob_operator.constants import (
     REASON_PREEMPTED,
     REASON_RENDEZVOUS_TIMEOUT,
 )
-from dtjob_operator.policies.launcher_exit import LAUNCHER, child_exit
+from dtjob_operator.policies.launcher_exit import LAUNCHER, child_exit, error_file_message
 from dtjob_operator.policies.pods import (
     Pod,
     generation_of,
@@ -112,7 +112,9 @@ def observe_failure(pod: Pod) -> PodFailure | None:
     # torchrun exits 1 for any failed child: the child's code is the one to classify.
     child = child_exit(state.get("message")) if code else None
     if child is None:
-        return failure
+        # An error file without a code (torchrun's own error): its message, not the JSON.
+        error = error_file_message(state.get("message"))
+        return replace(failure, detail=error) if error else failure
     return replace(
         failure,
         exit_code=child.exit_code,

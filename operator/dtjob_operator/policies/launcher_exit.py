@@ -131,3 +131,19 @@ def _int(value: object) -> int | None:
         return int(str(value)) if value is not None else None
     except ValueError:
         return None
+
+
+def error_file_message(message: str | None) -> str | None:
+    """The error of a torchelastic error file in `message` (e.g. torchrun's own failure
+    without an exit code), without its traceback; None when it is not one."""
+    text = (message or "").strip()
+    if not text.startswith("{"):
+        return None
+    try:
+        data: Any = json.loads(text)
+    except ValueError:
+        return None
+    body = data.get("message") if isinstance(data, dict) else None
+    if not isinstance(body, dict):
+        return None
+    return str(body.get("message") or "") or None

@@ -143,3 +143,12 @@ def test_plain_container_failure_is_unchanged() -> None:
     failure = observe_failure(pod.obj())
     assert failure is not None
     assert (failure.exit_code, failure.container_exit_code) == (75, None)
+
+
+def test_an_error_file_without_a_code_shows_its_error_not_its_json() -> None:
+    body = {"message": {"message": "ValueError: bad flag", "extraInfo": {"py_callstack": "T"}}}
+    pod = a_pod(JOB, "worker", 0).failed(exit_code=1, message=json.dumps(body))
+    failure = observe_failure(pod.obj())
+    assert failure is not None
+    assert (failure.exit_code, failure.container_exit_code) == (1, None)
+    assert failure.detail == "ValueError: bad flag"
