@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -25,15 +27,20 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def torchrun(ckpt: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    command = [
+def command(*args: str) -> list[str]:
+    return [
         sys.executable, "-m", "dtjob_trainer.dtjob_run", "--",
         sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
         "--master-port", str(free_port()), str(EXAMPLE / "train.py"),
-        "--steps", "30", "--checkpoint-every", "10", *args,
+        "--checkpoint-every", "10", *args,
     ]  # fmt: skip
+
+
+def torchrun(ckpt: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "DTJ_CHECKPOINT_DIR": str(ckpt)}
-    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
+    return subprocess.run(
+        command("--steps", "30", *args), env=env, capture_output=True, text=True, timeout=240
+    )
 
 
 def test_train_py_fails_retryably_then_resumes_from_its_checkpoint(tmp_path: Path) -> None:
@@ -48,6 +55,22 @@ def test_train_py_fails_retryably_then_resumes_from_its_checkpoint(tmp_path: Pat
     assert (summary["resumed_from"], summary["step"]) == (20, 30)
     assert summary["loss"] < 0.05  # it learned the linear map
     assert torch.load(tmp_path / "custom-example.pt")["step"] == 30
+
+
+def test_sigterm_checkpoints_and_exits_143(tmp_path: Path) -> None:
+    env = {**os.environ, "DTJ_CHECKPOINT_DIR": str(tmp_path)}
+    proc = subprocess.Popen(
+        command("--steps", "100000"), env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 120
+    while b"resuming at step" not in proc.stdout.readline():
+        assert time.monotonic() < deadline and proc.poll() is None
+    time.sleep(1)  # a few steps in
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=120)
+    assert proc.returncode == 143
+    assert torch.load(tmp_path / "custom-example.pt")["step"] > 0
 
 
 def test_the_job_manifest_runs_train_py_under_dtjob_run() -> None:
