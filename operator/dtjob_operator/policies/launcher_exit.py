@@ -43,6 +43,7 @@ _RENDEZVOUS = re.compile(
     r"(DistNetworkError|DistStoreError|RendezvousTimeoutError)[^\n\"]*(timed out|timeout)",
     re.IGNORECASE,
 )
+_LEADING_MESSAGE = re.compile(r'\{\s*"message"\s*:\s*\{\s*"message"\s*:\s*"((?:[^"\\]|\\.)*)"')
 RENDEZVOUS_TIMEOUT_CODE = 200  # the env contract's code for it (docs/env-contract.md)
 _ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):(.*)", re.DOTALL)
 _SUMMARY_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)", re.MULTILINE)
@@ -142,7 +143,11 @@ def error_file_message(message: str | None) -> str | None:
     try:
         data: Any = json.loads(text)
     except ValueError:
-        return None
+        # Cut short at 4096 bytes: the message comes first, the traceback after it.
+        match = _LEADING_MESSAGE.match(text)
+        if match is None:
+            return None
+        return str(json.loads(f'"{match.group(1)}"')) or None
     body = data.get("message") if isinstance(data, dict) else None
     if not isinstance(body, dict):
         return None

@@ -152,3 +152,11 @@ def test_an_error_file_without_a_code_shows_its_error_not_its_json() -> None:
     assert failure is not None
     assert (failure.exit_code, failure.container_exit_code) == (1, None)
     assert failure.detail == "ValueError: bad flag"
+
+
+def test_an_error_file_cut_short_still_shows_its_error() -> None:
+    # The kubelet keeps 4096 bytes; a long traceback loses the JSON's end (and errorCode).
+    cut = fixture("error-file-child-raised.json")[:120]
+    pod = a_pod(JOB, "worker", 0).failed(exit_code=1, message=cut)
+    failure = observe_failure(pod.obj())
+    assert failure is not None and failure.detail == "RuntimeError: boom on rank 1"
