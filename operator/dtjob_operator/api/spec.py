@@ -1,12 +1,23 @@
 """The spec of a DistributedTrainingJob. Field docstrings become `kubectl explain` text."""
 
-import re
 from enum import StrEnum
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
 
 from dtjob_operator.api.base import ApiModel
+from dtjob_operator.api.resource_names import (
+    DEFAULT_GPU_RESOURCE,
+    EXTENDED_NAME_MESSAGE,
+    EXTENDED_NAME_RULE,
+    EXTENDED_RESOURCE_PATTERN,
+    GPU_IN_EXTENDED_MESSAGE,
+    MAX_EXTENDED_RESOURCES,
+    RESOURCE_NAME_MAX,
+    ROLE_RESOURCE_RULES,
+    is_extended_resource,
+    is_extra_resource_name,
+)
 
 # Kubernetes resource quantity (e.g. "500m", "4", "16Gi"), the core API's own grammar
 # without a sign: checked by the API server too.
@@ -31,39 +42,6 @@ Quantity = Annotated[
     # Last, so it wraps the constrained str (and the pattern stays in the JSON schema).
     BeforeValidator(_int_to_quantity),
 ]
-# Extended resources (a device plugin's `<domain>/<name>`, as Kubernetes'
-# IsExtendedResourceName) and hugepages, the names a role may request besides cpu and memory.
-DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
-EXTENDED_RESOURCE_PATTERN = (
-    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
-    r"/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
-)
-HUGEPAGES_PATTERN = r"^hugepages-[0-9]+(Ki|Mi|Gi)$"
-RESOURCE_NAME_MAX = 253
-MAX_EXTENDED_RESOURCES = 16
-# kubernetes.io and its subdomains are Kubernetes' own (not extended resources), and
-# requests.* is how a ResourceQuota names a resource, not a resource.
-RESERVED_RESOURCE_PATTERN = r"^(requests[.]|([^/]*[.])?kubernetes[.]io/)"
-EXTENDED_NAME_RULE = (
-    f"self.all(k, (k.matches('{EXTENDED_RESOURCE_PATTERN}') && "
-    f"!k.matches('{RESERVED_RESOURCE_PATTERN}')) || k.matches('{HUGEPAGES_PATTERN}'))"
-)
-EXTENDED_NAME_MESSAGE = (
-    "keys must be extended resource names (<domain>/<name> outside kubernetes.io, e.g. "
-    "rdma/hca_shared_devices_a or vpc.amazonaws.com/efa) or hugepages-<size>; cpu, memory "
-    "and the GPUs (gpus, gpuResource) have fields of their own"
-)
-GPU_IN_EXTENDED_MESSAGE = "must not list gpuResource: set gpus instead"
-
-
-def is_extended_resource(name: str) -> bool:
-    """A device plugin's resource name, as Kubernetes' IsExtendedResourceName."""
-    return (
-        re.match(EXTENDED_RESOURCE_PATTERN, name) is not None
-        and re.match(RESERVED_RESOURCE_PATTERN, name) is None
-    )
-
-
 # Fragments of Kubernetes core types (tolerations, volumes, ...) are passed through as-is.
 K8sObject = dict[str, Any]
 # Lists and maps carry bounds so that the API server can estimate the cost of the CEL rules
@@ -278,24 +256,7 @@ class RoleSpec(ApiModel):
     template: PodTemplateOverlay | None = None
     """Pod additions: nodeSelector, tolerations, volumes, priorityClassName, schedulerName, ..."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                {
-                    "rule": "!has(self.extendedResources) || "
-                    "!(self.gpuResource in self.extendedResources)",
-                    "message": GPU_IN_EXTENDED_MESSAGE,
-                    "fieldPath": ".extendedResources",
-                },
-                {
-                    "rule": f"!self.gpuResource.matches('{RESERVED_RESOURCE_PATTERN}')",
-                    "message": "must be an extended resource name outside kubernetes.io, "
-                    "e.g. nvidia.com/gpu or amd.com/gpu",
-                    "fieldPath": ".gpuResource",
-                },
-            ]
-        }
-    )
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": ROLE_RESOURCE_RULES})
 
     @field_validator("gpuResource")
     @classmethod
@@ -312,11 +273,7 @@ class RoleSpec(ApiModel):
     def _extended_names(
         cls, amounts: dict[str, str] | None, info: ValidationInfo
     ) -> dict[str, str] | None:
-        bad = [
-            k
-            for k in amounts or {}
-            if not (is_extended_resource(k) or re.match(HUGEPAGES_PATTERN, k))
-        ]
+        bad = [k for k in amounts or {} if not is_extra_resource_name(k)]
         if bad:
             raise ValueError(f"{EXTENDED_NAME_MESSAGE} (got {', '.join(map(repr, bad))})")
         # gpuResource is declared first, so it is already validated (absent when invalid).
