@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from dtjob_operator.admission.fit import Node, PodDemand, Quota
-from dtjob_operator.admission.resources import GPU, PODS, format_amount
+from dtjob_operator.admission.resources import GPU, PODS, format_amount, is_gpu
 
 MAX_NODES_LISTED = 8
 
@@ -45,7 +45,7 @@ def accelerator(gang: Sequence[PodDemand]) -> str:
                 totals[key] = totals.get(key, 0) + value
     if not totals:
         return GPU
-    gpu_like = [k for k in totals if "gpu" in k or "/mig-" in k]
+    gpu_like = [k for k in totals if is_gpu(k)]
     return max(gpu_like or totals, key=lambda k: (totals[k], k))
 
 

@@ -104,6 +104,17 @@ def node_covers(free: Mapping[str, int], need: Mapping[str, int]) -> bool:
     )
 
 
+def is_gpu(resource: str) -> bool:
+    """A GPU of any vendor or a MIG slice: nvidia.com/gpu, amd.com/gpu, gpu.intel.com/i915,
+    nvidia.com/mig-1g.10gb (device plugins name them so; RoleSpec.gpuResource)."""
+    return "/" in resource and ("gpu" in resource or "/mig-" in resource)
+
+
+def gpu_units(requests: Mapping[str, int]) -> int:
+    """GPUs (and MIG slices) of any vendor in `requests`."""
+    return sum(value for key, value in requests.items() if is_gpu(key))
+
+
 def accelerator_units(requests: Mapping[str, int]) -> int:
     """Device-plugin units of a pod (GPUs of any vendor, MIG slices, NICs): what makes it
     hard to place, so placement tries such pods first."""

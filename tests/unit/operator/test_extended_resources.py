@@ -14,6 +14,7 @@ from dtjob_operator.admission.resources import (
     CPU,
     GPU,
     PODS,
+    gpu_units,
     pod_requests,
     quota_amounts,
 )
@@ -181,3 +182,8 @@ def test_messages_speak_of_the_gangs_own_accelerator() -> None:
 def test_quota_fold_keeps_extended_resources() -> None:
     quota = Quota(hard={RDMA: 1}, room={RDMA: 0})
     assert quota_shortfall({RDMA: 1}, quota.room) == [RDMA]
+
+
+def test_gpus_of_any_vendor_count_as_gpus() -> None:
+    requests = {GPU: 2, "amd.com/gpu": 4, "nvidia.com/mig-1g.10gb": 1, RDMA: 1, CPU: 8000}
+    assert gpu_units(requests) == 7
