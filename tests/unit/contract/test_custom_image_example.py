@@ -18,6 +18,13 @@ import yaml
 
 from dtjob_operator.api.validation import validate_job
 
+# The subprocesses import dtjob_trainer from the source tree, whatever pytest was run with.
+TRAINER_ROOT = Path(__file__).resolve().parents[3] / "trainer_image"
+ENV = {
+    **os.environ,
+    "PYTHONPATH": os.pathsep.join([str(TRAINER_ROOT), os.environ.get("PYTHONPATH", "")]),
+}
+
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "custom-image"
 
 
@@ -37,7 +44,7 @@ def command(*args: str) -> list[str]:
 
 
 def torchrun(ckpt: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "DTJ_CHECKPOINT_DIR": str(ckpt)}
+    env = {**ENV, "DTJ_CHECKPOINT_DIR": str(ckpt)}
     return subprocess.run(
         command("--steps", "30", *args), env=env, capture_output=True, text=True, timeout=240
     )
@@ -58,7 +65,7 @@ def test_train_py_fails_retryably_then_resumes_from_its_checkpoint(tmp_path: Pat
 
 
 def test_sigterm_checkpoints_and_exits_143(tmp_path: Path) -> None:
-    env = {**os.environ, "DTJ_CHECKPOINT_DIR": str(tmp_path)}
+    env = {**ENV, "DTJ_CHECKPOINT_DIR": str(tmp_path)}
     proc = subprocess.Popen(
         command("--steps", "100000"), env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
     )

@@ -16,6 +16,13 @@ import pytest
 
 from dtjob_operator.policies.launcher_exit import ChildExit, child_exit
 
+# The subprocesses import dtjob_trainer from the source tree, whatever pytest was run with.
+TRAINER_ROOT = Path(__file__).resolve().parents[3] / "trainer_image"
+ENV = {
+    **os.environ,
+    "PYTHONPATH": os.pathsep.join([str(TRAINER_ROOT), os.environ.get("PYTHONPATH", "")]),
+}
+
 CHILD = """
 import os, sys, time
 if int(os.environ["RANK"]) == int(sys.argv[1]):
@@ -33,7 +40,7 @@ def dtjob_run(tmp_path: Path, *child_args: str) -> subprocess.Popen[bytes]:
         port = str(s.getsockname()[1])
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
     torchrun += ["--master-port", port]
-    env = {**os.environ, "TORCHELASTIC_ERROR_FILE": str(tmp_path / "termination-log")}
+    env = {**ENV, "TORCHELASTIC_ERROR_FILE": str(tmp_path / "termination-log")}
     return subprocess.Popen(
         [
             sys.executable,
@@ -87,7 +94,7 @@ def test_other_commands_pass_their_code_through(tmp_path: Path, code: int, expec
             "-c",
             f"import sys; sys.exit({code})",
         ],
-        env={**os.environ, "TORCHELASTIC_ERROR_FILE": str(tmp_path / "t")},
+        env={**ENV, "TORCHELASTIC_ERROR_FILE": str(tmp_path / "t")},
         check=False,
     )
     assert result.returncode == expected
@@ -107,7 +114,7 @@ def test_rendezvous_timeout_of_torchrun_exits_200(tmp_path: Path) -> None:
     ]  # fmt: skip
     result = subprocess.run(
         [sys.executable, "-m", "dtjob_trainer.dtjob_run", "--", *torchrun],
-        env={**os.environ, "TORCHELASTIC_ERROR_FILE": str(tmp_path / "termination-log")},
+        env={**ENV, "TORCHELASTIC_ERROR_FILE": str(tmp_path / "termination-log")},
         capture_output=True,
         timeout=120,
         check=False,
