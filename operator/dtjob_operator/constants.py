@@ -101,6 +101,9 @@ SHM_MOUNT_PATH: Final = "/dev/shm"
 CONFIG_VOLUME: Final = "config"
 SHM_VOLUME: Final = "dshm"
 CHECKPOINT_VOLUME: Final = "checkpoints"
+# The container's default terminationMessagePath: torchrun's error file goes there, so the
+# failing child's exit code reaches the pod status (policies/launcher_exit.py).
+TERMINATION_MESSAGE_PATH: Final = "/dev/termination-log"
 DEFAULT_TRAINER_COMMAND: Final = ("python", "-m", "dtjob_trainer", "run")
 
 # Ordered so that rank 0 is worker-0, or stage-0 for the pipeline strategies, and parameter

@@ -27,7 +27,7 @@ from dtjob_operator.api.spec import (
     RoleSpec,
     StrategyType,
 )
-from dtjob_operator.constants import CONFIG_PATH, ROLE_ORDER
+from dtjob_operator.constants import CONFIG_PATH, ROLE_ORDER, TERMINATION_MESSAGE_PATH
 from dtjob_operator.naming import pod_dns_name, progress_config_map_name
 
 PIPELINE_STRATEGIES = frozenset(
@@ -184,6 +184,9 @@ def build_env(
     env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "1"
     env["NCCL_DEBUG"] = spec.network.ncclDebug
     env["NCCL_SOCKET_IFNAME"] = spec.network.ncclSocketIfname or default_socket_ifname
+    # torchrun (and dtjob-run) write the failing child's error there, and the kubelet puts it
+    # in the pod status, where the failure policy reads the child's exit code.
+    env["TORCHELASTIC_ERROR_FILE"] = TERMINATION_MESSAGE_PATH
     return [{"name": name, "value": value} for name, value in env.items()]
 
 

@@ -41,7 +41,7 @@ class OperatorMetrics:
         )
         self.admitted_gpus = Gauge(
             "dtjob_admission_admitted_gpus",
-            "nvidia.com/gpu requested by the gangs of admitted jobs, by namespace",
+            "GPUs (any vendor, MIG slices) requested by the gangs of admitted jobs, by namespace",
             ["namespace"],
             registry=self.registry,
         )

@@ -177,6 +177,15 @@ BAD: list[tuple[str, str, dict[str, Any], str, str]] = [
     ("max-backoff-below-backoff", "job",
      with_(DP, runPolicy={"backoffSeconds": 60, "maxBackoffSeconds": 30}),
      "spec.runPolicy.maxBackoffSeconds", "at least runPolicy.backoffSeconds"),
+    ("gpu-resource-not-extended", "job",
+     with_(DP, roles__worker__gpuResource="kubernetes.io/gpu"), "spec.roles.worker.gpuResource",
+     "must be an extended resource name"),
+    ("cpu-as-extended-resource", "job",
+     with_(DP, roles__worker__extendedResources={"cpu": "4"}),
+     "spec.roles.worker.extendedResources", "keys must be extended resource names"),
+    ("gpu-as-extended-resource", "job",
+     with_(DP, roles__worker__extendedResources={"nvidia.com/gpu": 1}),
+     "spec.roles.worker.extendedResources", "must not list gpuResource"),
     ("port-out-of-range", "job", with_(DP, network={"masterPort": 80}),
      "spec.network.masterPort", "should be greater than or equal to 1024"),
 ]  # fmt: skip
@@ -193,6 +202,20 @@ def test_malformed_job_is_refused_naming_the_field(
     assert words in message, message
     # The operator's backstop blames the same field.
     assert field in {e.field for e in validate_job(spec, name=name)}
+
+
+def test_bundled_trainer_rules_spare_a_custom_command(
+    jobs: client.CustomObjectsApi, namespace: str
+) -> None:
+    # 12 pods x 2 GPUs = 24 worker processes, over which the default batchSize 64 does not
+    # split: the bundled trainer cannot run it, a custom command never splits that batch.
+    bundled = with_(DP, roles__worker={"replicas": 12, "gpus": 2})
+    message = refusal(lambda: create(jobs, namespace, manifest(bundled)))
+    assert "spec.trainer.batchSize" in message and "worker processes" in message, message
+    custom = with_(bundled, trainer__command=["torchrun", "train.py"])
+    accepted = create(jobs, namespace, manifest(custom))
+    assert accepted["spec"]["trainer"]["batchSize"] == 64
+    assert validate_job(custom) == []
 
 
 @pytest.mark.parametrize(

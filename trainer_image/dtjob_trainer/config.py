@@ -141,6 +141,8 @@ class RoleConfig(_Section):
     replicas: int = Field(default=1, ge=1)
     gpus: int = Field(default=0, ge=0)
     procs_per_pod: int | None = Field(default=None, ge=1)
+    gpu_resource: Any = None
+    extended_resources: Any = None
     cpu: Any = None
     memory: Any = None
     template: Any = None

@@ -2,9 +2,10 @@
 
 In a cluster, `ConfigMapSink` merge-PATCHes `data["progress.json"]` of the ConfigMap named by
 DTJ_PROGRESS_CONFIGMAP with the pod's service-account token and CA, over plain urllib (no
-Kubernetes client in the trainer). Locally, `FileSink` writes progress.json in the checkpoint
-directory. `ProgressReporter` throttles writes and swallows sink failures: a failed progress
-write is logged and never stops training.
+Kubernetes client in the trainer): the client of the progress helper any code can use
+(report.py), so the bundled trainer and custom code write the same way. Locally, `FileSink`
+writes progress.json in the checkpoint directory. `ProgressReporter` throttles writes and
+swallows sink failures: a failed progress write is logged and never stops training.
 """
 
 from __future__ import annotations
@@ -14,17 +15,15 @@ import logging
 import os
 import ssl
 import time
-import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
 from dtjob_trainer.env import SERVICE_ACCOUNT_DIR, DistEnv
+from dtjob_trainer.report import DEFAULT_MIN_INTERVAL, PROGRESS_KEY, ConfigMapClient, utc_now
 
-PROGRESS_KEY = "progress.json"
-DEFAULT_MIN_INTERVAL = 5.0
+__all__ = ["PROGRESS_KEY", "ConfigMapSink", "FileSink", "Progress", "ProgressReporter", "utc_now"]
 
 log = logging.getLogger(__name__)
 
@@ -50,11 +49,6 @@ class Progress:
         return json.dumps({k: v for k, v in asdict(self).items() if v is not None})
 
 
-def utc_now() -> str:
-    """RFC 3339 timestamp, as Kubernetes writes them."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 class ProgressSink(Protocol):
     """Where progress goes."""
 
@@ -76,51 +70,21 @@ class FileSink:
         os.replace(tmp, self.path)
 
 
-class ConfigMapSink:
-    """Merge-PATCH of one key of the job's progress ConfigMap through the API server."""
-
-    def __init__(
-        self,
-        url: str,
-        token_path: str,
-        ssl_context: ssl.SSLContext | None,
-        timeout: float = 5.0,
-    ) -> None:
-        self.url = url
-        self.token_path = token_path
-        self.ssl_context = ssl_context
-        self.timeout = timeout
+class ConfigMapSink(ConfigMapClient):
+    """Merge-PATCH of one key of the job's progress ConfigMap through the API server: the
+    progress helper's client (report.py), built from the trainer's parsed env."""
 
     @classmethod
-    def in_cluster(cls, env: DistEnv, sa_dir: str = SERVICE_ACCOUNT_DIR) -> ConfigMapSink:
+    def for_env(cls, env: DistEnv, sa_dir: str = SERVICE_ACCOUNT_DIR) -> ConfigMapSink:
         """The sink for a pod: API server from KUBERNETES_SERVICE_HOST/PORT, SA token + CA."""
-        host = env.kubernetes_host or ""
-        if ":" in host:  # IPv6 literal
-            host = f"[{host}]"
-        url = (
-            f"https://{host}:{env.kubernetes_port or 443}/api/v1/namespaces/{env.namespace}"
-            f"/configmaps/{env.progress_configmap}"
+        client = ConfigMapClient.in_cluster(
+            env.namespace,
+            env.progress_configmap or "",
+            env.kubernetes_host or "",
+            env.kubernetes_port,
+            sa_dir,
         )
-        context = ssl.create_default_context(cafile=os.path.join(sa_dir, "ca.crt"))
-        return cls(url, os.path.join(sa_dir, "token"), context)
-
-    def write(self, body: str) -> None:
-        """PATCH data["progress.json"]; raises on any HTTP or network error."""
-        # The token is re-read every time: kubelet rotates projected tokens.
-        token = Path(self.token_path).read_text().strip()
-        patch = json.dumps({"data": {PROGRESS_KEY: body}}).encode()
-        request = urllib.request.Request(
-            self.url,
-            data=patch,
-            method="PATCH",
-            headers={
-                "Authorization": f"Bearer {token}",
-                "Content-Type": "application/merge-patch+json",
-                "Accept": "application/json",
-            },
-        )
-        with urllib.request.urlopen(request, timeout=self.timeout, context=self.ssl_context):
-            pass
+        return cls(client.url, client.token_path, client.ssl_context, client.timeout)
 
 
 class ProgressReporter:
@@ -166,7 +130,7 @@ def make_reporter(env: DistEnv, local_dir: str | None) -> ProgressReporter:
         return ProgressReporter(None)
     if env.in_cluster:
         try:
-            return ProgressReporter(ConfigMapSink.in_cluster(env))
+            return ProgressReporter(ConfigMapSink.for_env(env))
         except (OSError, ssl.SSLError) as exc:
             log.warning("progress reporting disabled: cannot read the service account: %s", exc)
             return ProgressReporter(None)

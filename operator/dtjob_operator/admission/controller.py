@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from dtjob_operator.admission.decide import Decisions, Verdict, decide
-from dtjob_operator.admission.resources import GPU
+from dtjob_operator.admission.resources import gpu_units
 from dtjob_operator.admission.snapshot import (
     GangPod,
     Snapshot,
@@ -238,7 +238,7 @@ class AdmissionController:
         newly = set(decisions.admitted)
         for job in snapshot.jobs:
             if job.admitted or job.uid in newly:
-                gpus[job.namespace] = gpus.get(job.namespace, 0) + job.need.get(GPU, 0)
+                gpus[job.namespace] = gpus.get(job.namespace, 0) + gpu_units(job.need)
             else:
                 queued[job.namespace] = queued.get(job.namespace, 0) + 1
         self.metrics.set_admission_state(queued, gpus)

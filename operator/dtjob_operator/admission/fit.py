@@ -5,7 +5,9 @@ the requests of the namespace's live pods: each lags the other a little) minus w
 already admitted still reserve (pods of their gang not created yet). Placement puts each
 pod on some Ready node's free allocatable, first-fit-decreasing (largest pods first, nodes
 in name order), honouring nodeSelector, taints and cordons; a sum of free GPUs is not
-enough, since a 4-GPU pod cannot use two nodes with 2 free GPUs each.
+enough, since a 4-GPU pod cannot use two nodes with 2 free GPUs each. Every resource a pod
+requests counts, extended ones (any GPU vendor, MIG profiles, RDMA, EFA, hugepages) included:
+a node that does not list one has none of it.
 """
 
 from __future__ import annotations
@@ -14,7 +16,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dtjob_operator.admission.resources import CPU, GPU, MEMORY, Resources, covers, subtract
+from dtjob_operator.admission.resources import (
+    CPU,
+    MEMORY,
+    Resources,
+    accelerator_units,
+    node_covers,
+    subtract,
+)
 
 
 @dataclass(frozen=True)
@@ -70,12 +79,12 @@ def can_host(node: Node, pod: PodDemand, free: Mapping[str, int]) -> bool:
         return False
     if not all(tolerates(pod.tolerations, t) for t in node.taints):
         return False
-    return covers(free, pod.requests)
+    return node_covers(free, pod.requests)
 
 
 def _size(pod: PodDemand) -> tuple[int, int, int]:
     r = pod.requests
-    return (r.get(GPU, 0), r.get(CPU, 0), r.get(MEMORY, 0))
+    return (accelerator_units(r), r.get(CPU, 0), r.get(MEMORY, 0))
 
 
 def place(pods: Sequence[PodDemand], nodes: Sequence[Node], commit: bool = True) -> bool:

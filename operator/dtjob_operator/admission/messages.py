@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from dtjob_operator.admission.fit import Node, PodDemand, Quota
-from dtjob_operator.admission.resources import GPU, PODS, format_amount
+from dtjob_operator.admission.resources import GPU, PODS, format_amount, is_gpu
 
 MAX_NODES_LISTED = 8
 
@@ -35,33 +35,49 @@ def quota_never(namespace: str, need: Mapping[str, int], quota: Quota, short: Se
     return "can never be admitted: " + "; ".join(parts) + "; lower the request or raise the quota"
 
 
-def _gang_shape(gang: Sequence[PodDemand]) -> str:
-    gpus = sorted((p.requests.get(GPU, 0) for p in gang), reverse=True)
+def accelerator(gang: Sequence[PodDemand]) -> str:
+    """The device the gang's messages talk about: its GPUs (whatever the vendor or MIG
+    profile), else its most-requested other extended resource, else nvidia.com/gpu."""
+    totals: dict[str, int] = {}
+    for pod in gang:
+        for key, value in pod.requests.items():
+            if "/" in key and value > 0:
+                totals[key] = totals.get(key, 0) + value
+    if not totals:
+        return GPU
+    gpu_like = [k for k in totals if is_gpu(k)]
+    return max(gpu_like or totals, key=lambda k: (totals[k], k))
+
+
+def _gang_shape(gang: Sequence[PodDemand], device: str) -> str:
+    gpus = sorted((p.requests.get(device, 0) for p in gang), reverse=True)
     if gpus and gpus[0] > 0:
         if gpus[0] == gpus[-1]:
-            return f"{len(gang)} pods of {gpus[0]} {GPU}"
-        return f"{len(gang)} pods of up to {gpus[0]} {GPU} ({sum(gpus)} in all)"
+            return f"{len(gang)} pods of {gpus[0]} {device}"
+        return f"{len(gang)} pods of up to {gpus[0]} {device} ({sum(gpus)} in all)"
     return f"{len(gang)} pods"
 
 
-def _free_gpus(nodes: Sequence[Node]) -> str:
-    free = sorted((max(0, n.free.get(GPU, 0)) for n in nodes), reverse=True)
+def _free_gpus(nodes: Sequence[Node], device: str) -> str:
+    free = sorted((max(0, n.free.get(device, 0)) for n in nodes), reverse=True)
     shown = ", ".join(str(f) for f in free[:MAX_NODES_LISTED])
     more = f" and {len(free) - MAX_NODES_LISTED} more" if len(free) > MAX_NODES_LISTED else ""
-    return f"free {GPU} per Ready node: {shown or 'none'}{more}"
+    return f"free {device} per Ready node: {shown or 'none'}{more}"
 
 
 def capacity_short(gang: Sequence[PodDemand], nodes: Sequence[Node]) -> str:
     """Quota allows it, but no placement of every pod exists on the Ready nodes now."""
-    return f"needs {_gang_shape(gang)} placed on Ready nodes; {_free_gpus(nodes)}"
+    device = accelerator(gang)
+    return f"needs {_gang_shape(gang, device)} placed on Ready nodes; {_free_gpus(nodes, device)}"
 
 
 def capacity_never(gang: Sequence[PodDemand], nodes: Sequence[Node]) -> str:
     """Even empty, the Ready nodes could not hold the gang."""
-    biggest = max((n.allocatable.get(GPU, 0) for n in nodes), default=0)
+    device = accelerator(gang)
+    biggest = max((n.allocatable.get(device, 0) for n in nodes), default=0)
     return (
-        f"can never be admitted: needs {_gang_shape(gang)} and the {len(nodes)} Ready "
-        f"nodes it may use could not hold them even if empty (largest node: {biggest} {GPU})"
+        f"can never be admitted: needs {_gang_shape(gang, device)} and the {len(nodes)} Ready "
+        f"nodes it may use could not hold them even if empty (largest node: {biggest} {device})"
     )
 
 

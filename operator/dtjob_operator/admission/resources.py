@@ -19,7 +19,9 @@ PODS = "pods"
 
 Resources = dict[str, int]
 
-# ResourceQuota keys the admission understands, and the pod resource each one limits.
+# ResourceQuota keys the admission understands, and the pod resource each one limits;
+# besides these, every `requests.<name>` (extended resources: requests.amd.com/gpu,
+# requests.rdma/hca_shared_devices_a, hugepages: requests.hugepages-2Mi), see quota_resource.
 QUOTA_KEYS: Mapping[str, str] = {
     f"requests.{GPU}": GPU,
     "requests.cpu": CPU,
@@ -94,6 +96,31 @@ def covers(free: Mapping[str, int], need: Mapping[str, int]) -> bool:
     return all(need.get(key, 0) <= value for key, value in free.items() if need.get(key, 0) > 0)
 
 
+def node_covers(free: Mapping[str, int], need: Mapping[str, int]) -> bool:
+    """A node has room for `need`: like covers(), but an extended resource the node does
+    not list is one it does not have (a pod asking for rdma/x cannot go there)."""
+    return covers(free, need) and all(
+        value <= free.get(key, 0) for key, value in need.items() if value > 0 and is_extended(key)
+    )
+
+
+def is_gpu(resource: str) -> bool:
+    """A GPU of any vendor or a MIG slice: nvidia.com/gpu, amd.com/gpu, gpu.intel.com/i915,
+    nvidia.com/mig-1g.10gb (device plugins name them so; RoleSpec.gpuResource)."""
+    return "/" in resource and ("gpu" in resource or "/mig-" in resource)
+
+
+def gpu_units(requests: Mapping[str, int]) -> int:
+    """GPUs (and MIG slices) of any vendor in `requests`."""
+    return sum(value for key, value in requests.items() if is_gpu(key))
+
+
+def accelerator_units(requests: Mapping[str, int]) -> int:
+    """Device-plugin units of a pod (GPUs of any vendor, MIG slices, NICs): what makes it
+    hard to place, so placement tries such pods first."""
+    return sum(value for key, value in requests.items() if "/" in key)
+
+
 def _container_amounts(container: Mapping[str, Any]) -> Resources:
     res = container.get("resources") or {}
     # Kubernetes defaults a missing request to the limit (always so for extended resources).
@@ -118,13 +145,35 @@ def pod_requests(pod_spec: Mapping[str, Any]) -> Resources:
     return total
 
 
+# `requests.<x>` quota keys that are not pod resources: PVC storage (also per storage class,
+# `<class>.storageclass.storage.k8s.io/requests.storage` never starts with requests.).
+_NOT_POD_RESOURCES = frozenset({"storage"})
+
+
+def is_extended(resource: str) -> bool:
+    """An extended resource (<domain>/<name>) or hugepages: a node offers none of it unless
+    its allocatable lists it, unlike cpu, memory and pods."""
+    return "/" in resource or resource.startswith("hugepages-")
+
+
+def quota_resource(key: str) -> str | None:
+    """The pod resource a ResourceQuota key limits, or None when the admission does not
+    model it (limits.*, services, count/* other than pods, storage)."""
+    if key in QUOTA_KEYS:
+        return QUOTA_KEYS[key]
+    if key.startswith("requests."):
+        resource = key.removeprefix("requests.")
+        return resource if resource not in _NOT_POD_RESOURCES else None
+    return None
+
+
 def quota_amounts(hard: Mapping[str, object]) -> Resources:
     """A ResourceQuota's hard (or used) map in pod-resource terms; keys the admission does
     not model (limits.*, services, ...) are left out. `cpu` and `requests.cpu` both given:
     the smaller limit wins."""
     amounts: Resources = {}
     for key, value in hard.items():
-        resource = QUOTA_KEYS.get(key)
+        resource = quota_resource(key)
         if resource is None:
             continue
         try:

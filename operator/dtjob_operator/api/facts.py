@@ -170,4 +170,6 @@ MODEL_BLOCKS = (
     f'({_MODEL}.type == "MLP" ? {_MODEL}.hiddenSizes.size() + 1 : '
     f'({_MODEL}.type == "CNN" ? {CNN_BLOCKS} : {_MODEL}.layers + {GPT_EXTRA_BLOCKS}))'
 )
+# Without a command the container runs `python -m dtjob_trainer run` (whatever the image):
+# the bundled trainer, whose own rules then apply (rules.py).
 BUNDLED_TRAINER = "!has(self.trainer.command)"

@@ -2,6 +2,13 @@
 (x-kubernetes-validations, so `kubectl apply` refuses a bad manifest) and in Python by
 validation.validate_job (the operator's backstop where the CRD lacks them).
 
+Rules about the shape of the gang (which roles a strategy needs, Hybrid's grid) hold for
+every job: the env contract is built from them. Rules about what the bundled trainer does
+with the spec (batch splits, micro-batch schedules, model blocks, model/data pairs) apply
+only when it runs, i.e. when `trainer.command` is unset (BUNDLED_TRAINER): without a command
+the container runs `python -m dtjob_trainer run`, whatever the image, and with one the
+trainer settings are only passed on in the job config for the custom code to use or ignore.
+
 Each rule is a row of RULES: WHEN it applies and what it REQUIRES, each in CEL over the spec
 (`self`) and in Python over its Facts (facts.py), the field it is about and a message. The
 message is the same for the API server and the operator; the operator adds the numbers
@@ -249,7 +256,8 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "strategy.pipeline.microbatches",
-        f"{_GRID} && {_1F1B}", lambda f: _grid(f) and f.schedule in ONE_F_ONE_B,
+        f"{BUNDLED_TRAINER} && {_GRID} && {_1F1B}",
+        lambda f: f.bundled_trainer and _grid(f) and f.schedule in ONE_F_ONE_B,
         f"{MICROBATCHES} >= {PIPELINE_DEGREE}", lambda f: f.microbatches >= f.pipelineDegree,
         "schedule {schedule} needs at least as many micro-batches as pipeline ranks (the stage "
         "processes; for Hybrid divided by strategy.hybrid.dataParallel)",
@@ -257,8 +265,10 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "strategy.pipeline.microbatches",
-        f'{_GRID} && {SCHEDULE} == "Interleaved1F1B" && {MICROBATCHES} >= {PIPELINE_DEGREE}',
-        lambda f: _grid(f)
+        f'{BUNDLED_TRAINER} && {_GRID} && {SCHEDULE} == "Interleaved1F1B" && '
+        f"{MICROBATCHES} >= {PIPELINE_DEGREE}",
+        lambda f: f.bundled_trainer
+        and _grid(f)
         and f.schedule == "Interleaved1F1B"
         and f.microbatches >= f.pipelineDegree,
         f"{MICROBATCHES} % ({MICROBATCHES} / {PIPELINE_DEGREE}) == 0", _interleaved_rounds_ok,
@@ -281,7 +291,8 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "trainer.batchSize",
-        f'{STRATEGY} == "Pipeline"', lambda f: f.strategy == StrategyType.PIPELINE,
+        f'{BUNDLED_TRAINER} && {STRATEGY} == "Pipeline"',
+        lambda f: f.bundled_trainer and f.strategy == StrategyType.PIPELINE,
         f"self.trainer.batchSize % {MICROBATCHES} == 0",
         lambda f: f.batchSize % f.microbatches == 0,
         "must be divisible by strategy.pipeline.microbatches",
@@ -289,7 +300,8 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "trainer.batchSize",
-        _HYBRID, lambda f: f.strategy == StrategyType.HYBRID and f.has_stage,
+        f"{BUNDLED_TRAINER} && {_HYBRID}",
+        lambda f: f.bundled_trainer and f.strategy == StrategyType.HYBRID and f.has_stage,
         f"self.trainer.batchSize % ({DATA_PARALLEL} * {MICROBATCHES}) == 0",
         lambda f: f.batchSize % (f.dataParallel * f.microbatches) == 0,
         "must be divisible by strategy.hybrid.dataParallel x strategy.pipeline.microbatches",
@@ -297,8 +309,11 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "trainer.batchSize",
-        _DATA_PARALLEL,
-        lambda f: f.strategy in WORKER_STRATEGIES and not _hogwild(f) and f.has_worker,
+        f"{BUNDLED_TRAINER} && {_DATA_PARALLEL}",
+        lambda f: f.bundled_trainer
+        and f.strategy in WORKER_STRATEGIES
+        and not _hogwild(f)
+        and f.has_worker,
         f"self.trainer.batchSize % {WORKER_PROCESSES} == 0",
         lambda f: f.batchSize % f.workerProcesses == 0,
         "must be divisible by the worker processes (replicas x procsPerPod): every global "
@@ -307,8 +322,8 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "trainer.batchSize",
-        f"{_HOGWILD} && has(self.roles.worker)",
-        lambda f: _hogwild(f) and f.has_worker,
+        f"{BUNDLED_TRAINER} && {_HOGWILD} && has(self.roles.worker)",
+        lambda f: f.bundled_trainer and _hogwild(f) and f.has_worker,
         f"self.trainer.batchSize % ({WORKER_PROCESSES} * {HOGWILD_PROCESSES}) == 0",
         lambda f: f.batchSize % f.hogwildParts == 0,
         "must be divisible by the Hogwild processes (worker processes x "

@@ -3,9 +3,28 @@
 from enum import StrEnum
 from typing import Annotated, Any, cast
 
-from pydantic import BeforeValidator, ConfigDict, Field, JsonValue
+from pydantic import (
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    JsonValue,
+    ValidationInfo,
+    field_validator,
+)
 
 from dtjob_operator.api.base import ApiModel
+from dtjob_operator.api.resource_names import (
+    DEFAULT_GPU_RESOURCE,
+    EXTENDED_NAME_MESSAGE,
+    EXTENDED_NAME_RULE,
+    EXTENDED_RESOURCE_PATTERN,
+    GPU_IN_EXTENDED_MESSAGE,
+    MAX_EXTENDED_RESOURCES,
+    RESOURCE_NAME_MAX,
+    ROLE_RESOURCE_RULES,
+    is_extended_resource,
+    is_extra_resource_name,
+)
 from dtjob_operator.api.template_spec import PodTemplate
 from dtjob_operator.constants import CONFIG_MOUNT_DIR, SHM_MOUNT_PATH
 
@@ -188,7 +207,27 @@ class RoleSpec(ApiModel):
     replicas: int = Field(default=1, ge=1, le=4096)
     """Number of pods in this role."""
     gpus: int = Field(default=0, ge=0, le=64)
-    """Whole nvidia.com/gpu per pod (requests = limits)."""
+    """Whole GPUs (of gpuResource) per pod (requests = limits)."""
+    gpuResource: str = Field(
+        default=DEFAULT_GPU_RESOURCE,
+        max_length=RESOURCE_NAME_MAX,
+        pattern=EXTENDED_RESOURCE_PATTERN,
+    )
+    """Extended resource the gpus are requested as: nvidia.com/gpu, a MIG profile such as
+    nvidia.com/mig-1g.10gb, amd.com/gpu. GPU defaults (/dev/shm size, backend auto = nccl)
+    follow gpus whatever the name."""
+    extendedResources: dict[str, Quantity] | None = Field(
+        default=None,
+        max_length=MAX_EXTENDED_RESOURCES,
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {"rule": EXTENDED_NAME_RULE, "message": EXTENDED_NAME_MESSAGE}
+            ]
+        },
+    )
+    """Other resources per pod (requests = limits), e.g. {"rdma/hca_shared_devices_a": 1,
+    "vpc.amazonaws.com/efa": 4, "hugepages-2Mi": "1Gi"}. Gang admission counts them against
+    ResourceQuota (requests.<name>) and node allocatable."""
     procsPerPod: int | None = Field(default=None, ge=1, le=64)
     """Training processes per pod; defaults to gpus, or 1 for CPU-only pods."""
     cpu: Quantity | None = None
@@ -197,6 +236,32 @@ class RoleSpec(ApiModel):
     """Memory per pod (requests = limits), e.g. "16Gi"."""
     template: PodTemplate | None = None
     """Pod template (metadata + a core/v1 PodSpec) the operator merges its contract into."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": ROLE_RESOURCE_RULES})
+
+    @field_validator("gpuResource")
+    @classmethod
+    def _gpu_resource_is_extended(cls, name: str) -> str:
+        if not is_extended_resource(name):
+            raise ValueError(
+                f"must be an extended resource name <domain>/<name> outside kubernetes.io, "
+                f"e.g. nvidia.com/gpu or amd.com/gpu (got {name!r})"
+            )
+        return name
+
+    @field_validator("extendedResources")
+    @classmethod
+    def _extended_names(
+        cls, amounts: dict[str, str] | None, info: ValidationInfo
+    ) -> dict[str, str] | None:
+        bad = [k for k in amounts or {} if not is_extra_resource_name(k)]
+        if bad:
+            raise ValueError(f"{EXTENDED_NAME_MESSAGE} (got {', '.join(map(repr, bad))})")
+        # gpuResource is declared first, so it is already validated (absent when invalid).
+        gpu = info.data.get("gpuResource")
+        if amounts and gpu in amounts:
+            raise ValueError(f"{GPU_IN_EXTENDED_MESSAGE} (got {gpu!r})")
+        return amounts
 
     def processes(self) -> int:
         """Processes per pod after defaulting."""
@@ -270,8 +335,10 @@ class TrainerSpec(ApiModel):
     imagePullPolicy: str | None = Field(default=None, pattern=r"^(Always|IfNotPresent|Never)$")
     """Always, IfNotPresent or Never."""
     command: list[Arg] | None = Field(default=None, min_length=1, max_length=256)
-    """Custom trainer command; when set, the bundled trainer settings below are only
-    passed on in the job config file."""
+    """Custom trainer command (e.g. ["dtjob-run", "--", "torchrun", ...]); when set, the
+    bundled trainer does not run, its rules (batch splits, micro-batches, model) are not
+    checked, and the settings below are only passed on in the job config file. Unset: the
+    container runs the bundled trainer (python -m dtjob_trainer run), whatever the image."""
     args: list[Arg] | None = Field(default=None, max_length=256)
     """Arguments of the custom command."""
     model: ModelSpec = Field(default_factory=ModelSpec)

@@ -29,7 +29,6 @@ from dtjob_operator.envcontract import build_env, rank_layout
 from dtjob_operator.naming import config_map_name, pod_name, service_account_name, service_name
 from dtjob_operator.settings import OperatorSettings
 
-GPU_RESOURCE = "nvidia.com/gpu"
 MIN_SHM_BYTES = 2**30  # below 1Gi, NCCL and DataLoader workers run out of shared memory
 RUN_AS_ID = 1000
 
@@ -49,14 +48,17 @@ def shm_size(job: Job, role: RoleSpec, settings: OperatorSettings) -> str:
 
 def resources(role: RoleSpec) -> dict[str, dict[str, str]]:
     """requests = limits (Guaranteed QoS when cpu and memory are set: a training pod should
-    be the last one the kubelet evicts); GPUs only when the role has any."""
+    be the last one the kubelet evicts; extended resources cannot be overcommitted anyway);
+    GPUs, as role.gpuResource, only when the role has any; then role.extendedResources."""
     amounts: dict[str, str] = {}
     if role.cpu:
         amounts["cpu"] = role.cpu
     if role.memory:
         amounts["memory"] = role.memory
     if role.gpus > 0:
-        amounts[GPU_RESOURCE] = str(role.gpus)
+        amounts[role.gpuResource] = str(role.gpus)
+    for name, amount in sorted((role.extendedResources or {}).items()):
+        amounts[name] = amount
     return {"requests": dict(amounts), "limits": dict(amounts)} if amounts else {}
 
 

@@ -10,7 +10,7 @@ go to the permanent failure, since restarting cannot fix a bug or a bad config.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -22,6 +22,7 @@ from dtjob_operator.constants import (
     REASON_PREEMPTED,
     REASON_RENDEZVOUS_TIMEOUT,
 )
+from dtjob_operator.policies.launcher_exit import LAUNCHER, child_exit, error_file_message
 from dtjob_operator.policies.pods import (
     Pod,
     generation_of,
@@ -61,6 +62,12 @@ class PodFailure:
     """Kubernetes' word for it: OOMKilled, Error, Evicted, ..."""
     detail: str | None
     """The container's termination message (its last log lines) or the pod's message."""
+    container_exit_code: int | None = None
+    """Set when a launcher's child decided `exit_code`: the container's own code."""
+    child_rank: int | None = None
+    """The failing child's global rank, when the launcher named it."""
+    launcher_failure: str | None = None
+    """What happened to the launcher itself, when no child failed first."""
 
 
 @dataclass(frozen=True)
@@ -94,13 +101,27 @@ def observe_failure(pod: Pod) -> PodFailure | None:
             detail=status.get("message"),
         )
     container, state = termination
-    return PodFailure(
+    failure = PodFailure(
         pod=name_of(pod),
         container=container,
         exit_code=code,
         finished_at=parse_time(state.get("finishedAt")),
         reason=state.get("reason"),
         detail=state.get("message"),
+    )
+    # torchrun exits 1 for any failed child: the child's code is the one to classify.
+    child = child_exit(state.get("message")) if code else None
+    if child is None:
+        # An error file without a code (torchrun's own error): its message, not the JSON.
+        error = error_file_message(state.get("message"))
+        return replace(failure, detail=error) if error else failure
+    return replace(
+        failure,
+        exit_code=child.exit_code,
+        container_exit_code=code,
+        child_rank=child.rank,
+        launcher_failure=child.launcher_failure,
+        detail=child.error or failure.detail,
     )
 
 
@@ -195,6 +216,8 @@ def describe(failure: PodFailure, retryable: bool, policy: RunPolicy) -> str:
     if failure.exit_code is None:
         why = failure.reason or "no exit code"
         text = f"pod {failure.pod} failed without an exit code ({why}) ({judgement})"
+    elif failure.container_exit_code is not None:
+        text = f"pod {failure.pod}: {_launcher_text(failure)}: {_meaning(failure)} ({judgement})"
     else:
         text = (
             f"pod {failure.pod} exited with code {failure.exit_code} in container "
@@ -203,6 +226,18 @@ def describe(failure: PodFailure, retryable: bool, policy: RunPolicy) -> str:
     if failure.detail:
         text += f": {_tail(failure.detail)}"
     return text
+
+
+def _launcher_text(failure: PodFailure) -> str:
+    """e.g. "child process (rank 3) exited with code 75 under torchrun (container exit 1)
+    in container trainer"."""
+    where = f"(container exit {failure.container_exit_code}) in container {failure.container}"
+    code = failure.exit_code
+    assert code is not None
+    if failure.launcher_failure:
+        return f"{LAUNCHER} {failure.launcher_failure}, counted as code {code} {where}"
+    rank = f" (rank {failure.child_rank})" if failure.child_rank is not None else ""
+    return f"child process{rank} exited with code {code} under {LAUNCHER} {where}"
 
 
 def _reason(failure: PodFailure, retryable: bool) -> str:

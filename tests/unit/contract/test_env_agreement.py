@@ -25,8 +25,9 @@ from dtjob_trainer.layout import plan_pods, pod_env
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 MANIFESTS = sorted([*EXAMPLES.glob("*.yaml"), *EXAMPLES.glob("cpu/*.yaml")])
-# The operator fills in its cluster-wide default interface; the launcher leaves it unset.
-OPERATOR_ONLY = {"NCCL_SOCKET_IFNAME"}
+# The operator fills in its cluster-wide default interface and the container's termination
+# message path (no such file outside a container); the launcher leaves them unset.
+OPERATOR_ONLY = {"NCCL_SOCKET_IFNAME", "TORCHELASTIC_ERROR_FILE"}
 
 
 def load(path: Path) -> dict[str, Any]:

@@ -65,7 +65,9 @@ def test_config_map_holds_the_defaulted_spec_as_camel_case_json() -> None:
     cm = build_config_map(a_job().with_workers(2, gpus=1).job())
     assert cm["metadata"] == meta("j-config")
     config = json.loads(cm["data"]["config.json"])
-    assert config["roles"] == {"worker": {"replicas": 2, "gpus": 1}}
+    assert config["roles"] == {
+        "worker": {"replicas": 2, "gpus": 1, "gpuResource": "nvidia.com/gpu"}
+    }
     assert config["runPolicy"]["backoffLimit"] == 3  # a default, filled in
     assert config["network"]["masterPort"] == 29500
     assert "claimName" not in config["checkpoint"]  # unset optionals left out

@@ -226,6 +226,7 @@ def test_job_wide_variables_follow_the_spec() -> None:
     assert env["DTJ_PROGRESS_CONFIGMAP"] == "train-progress"
     assert env["DTJ_STRATEGY"] == "DataParallel"
     assert env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
+    assert env["TORCHELASTIC_ERROR_FILE"] == "/dev/termination-log"
 
 
 def test_nccl_defaults_without_network_settings() -> None:

@@ -274,6 +274,40 @@ def test_custom_commands_skip_the_bundled_trainers_rules() -> None:
     assert validate_job(custom) == []
 
 
+@pytest.mark.parametrize(
+    "bundled_only",
+    [
+        # 24 worker processes: the default batchSize 64 does not split over them.
+        spec("DataParallel", worker={"replicas": 12, "gpus": 2}),
+        with_(
+            spec("ParameterServer", worker={"replicas": 3}, ps={}),
+            "strategy.parameterServer.mode",
+            "Hogwild",
+        ),
+        with_(spec("Pipeline", stage={"replicas": 2}), "trainer.batchSize", 66),
+        with_(spec("Hybrid", stage={"replicas": 4}), "trainer.batchSize", 12),
+        # 1F1B with fewer micro-batches than ranks: a limit of torch's schedule.
+        with_(
+            with_(spec("Pipeline", stage={"replicas": 8}), "strategy.pipeline.schedule", "1F1B"),
+            "strategy.pipeline.microbatches",
+            2,
+        ),
+    ],
+)
+def test_bundled_trainer_rules_refuse_only_the_bundled_trainer(bundled_only: dict) -> None:
+    assert validate_job(bundled_only) != []
+    assert validate_job(with_(bundled_only, "trainer.command", ["torchrun", "train.py"])) == []
+    # A custom image alone still runs the bundled trainer (python -m dtjob_trainer run).
+    assert validate_job(with_(bundled_only, "trainer.image", "example.com/mine:1")) != []
+
+
+def test_custom_commands_keep_the_gangs_shape_rules() -> None:
+    custom = with_(spec("Pipeline", worker={}), "trainer.command", ["run.sh"])
+    assert "spec.roles.stage" in fields(validate_job(custom))
+    hybrid = with_(spec("Hybrid", stage={"replicas": 3}), "trainer.command", ["run.sh"])
+    assert "spec.strategy.hybrid.dataParallel" in fields(validate_job(hybrid))
+
+
 def test_hogwild_with_one_worker_pod_needs_no_ps() -> None:
     one = with_(
         spec("ParameterServer", worker={"replicas": 1}), "strategy.parameterServer.mode", "Hogwild"

@@ -102,8 +102,15 @@ SPECS = {
         "Hybrid", workers=None, stages=4, strategy_extra={"hybrid": {"dataParallel": 2}}
     ),
 }
-# Values the operator takes from its own settings or the cluster.
-LOCAL_ONLY = {"DTJ_CONFIG", "DTJ_PROGRESS_CONFIGMAP", "NCCL_SOCKET_IFNAME", "DTJ_BACKEND"}
+# Values the operator takes from its own settings or the cluster (TORCHELASTIC_ERROR_FILE:
+# the container's termination message path, no such file outside a container).
+LOCAL_ONLY = {
+    "DTJ_CONFIG",
+    "DTJ_PROGRESS_CONFIGMAP",
+    "NCCL_SOCKET_IFNAME",
+    "DTJ_BACKEND",
+    "TORCHELASTIC_ERROR_FILE",
+}
 
 
 @pytest.mark.parametrize("name", list(SPECS))

@@ -165,7 +165,7 @@ def test_in_cluster_reporter_uses_the_service_account_over_tls(tmp_path: Path) -
                 "KUBERNETES_SERVICE_PORT": str(server.server_port),
             }
         )
-        sink = ConfigMapSink.in_cluster(env, sa_dir=str(tmp_path))
+        sink = ConfigMapSink.for_env(env, sa_dir=str(tmp_path))
         ProgressReporter(sink).update(force=True, step=5, message="Auto chose DataParallel")
     finally:
         server.shutdown()

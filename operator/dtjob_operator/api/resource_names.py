@@ -1,0 +1,61 @@
+"""Resource names a role may request besides cpu and memory: GPUs of any vendor or MIG
+profile (RoleSpec.gpuResource) and other extended resources and hugepages
+(RoleSpec.extendedResources). Checked by pydantic in the operator and, the same way, by CEL
+in the API server (a map's keys have no schema of their own in a CRD)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
+# A device plugin's `<domain>/<name>`, as Kubernetes' IsExtendedResourceName.
+EXTENDED_RESOURCE_PATTERN = (
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+    r"/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+HUGEPAGES_PATTERN = r"^hugepages-[0-9]+(Ki|Mi|Gi)$"
+RESOURCE_NAME_MAX = 253
+MAX_EXTENDED_RESOURCES = 16
+# kubernetes.io and its subdomains are Kubernetes' own (not extended resources), and
+# requests.* is how a ResourceQuota names a resource, not a resource.
+RESERVED_RESOURCE_PATTERN = r"^(requests[.]|([^/]*[.])?kubernetes[.]io/)"
+EXTENDED_NAME_RULE = (
+    f"self.all(k, (k.matches('{EXTENDED_RESOURCE_PATTERN}') && "
+    f"!k.matches('{RESERVED_RESOURCE_PATTERN}')) || k.matches('{HUGEPAGES_PATTERN}'))"
+)
+EXTENDED_NAME_MESSAGE = (
+    "keys must be extended resource names (<domain>/<name> outside kubernetes.io, e.g. "
+    "rdma/hca_shared_devices_a or vpc.amazonaws.com/efa) or hugepages-<size>; cpu, memory "
+    "and the GPUs (gpus, gpuResource) have fields of their own"
+)
+GPU_IN_EXTENDED_MESSAGE = "must not list gpuResource: set gpus instead"
+
+
+def is_extended_resource(name: str) -> bool:
+    """A device plugin's resource name, as Kubernetes' IsExtendedResourceName."""
+    return (
+        re.match(EXTENDED_RESOURCE_PATTERN, name) is not None
+        and re.match(RESERVED_RESOURCE_PATTERN, name) is None
+    )
+
+
+def is_extra_resource_name(name: str) -> bool:
+    """A name RoleSpec.extendedResources may hold: an extended resource or hugepages."""
+    return is_extended_resource(name) or re.match(HUGEPAGES_PATTERN, name) is not None
+
+
+# RoleSpec's own CEL rules: about the pair of fields, and the reserved domain.
+ROLE_RESOURCE_RULES: list[Any] = [
+    {
+        "rule": "!has(self.extendedResources) || !(self.gpuResource in self.extendedResources)",
+        "message": GPU_IN_EXTENDED_MESSAGE,
+        "fieldPath": ".extendedResources",
+    },
+    {
+        "rule": f"!self.gpuResource.matches('{RESERVED_RESOURCE_PATTERN}')",
+        "message": "must be an extended resource name outside kubernetes.io, "
+        "e.g. nvidia.com/gpu or amd.com/gpu",
+        "fieldPath": ".gpuResource",
+    },
+]

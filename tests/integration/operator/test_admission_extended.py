@@ -1,0 +1,121 @@
+"""Gang admission of extended resources other than nvidia.com/gpu, on the real control
+plane: a ResourceQuota on `requests.rdma/...` gates a job that asks for RDMA devices, and the
+pods land on the only (KWOK) node that offers them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from helpers.jobs import JobBuilder, create_job, status, wait_phase
+from helpers.kube import fake_gpu_node, unique, wait_for
+from helpers.operator import OperatorProcess
+
+pytestmark = [pytest.mark.integration]
+
+RDMA = "rdma/hca_shared_devices_a"
+OPERATOR_ENV = {"DTJOB_TRAINER_IMAGE": "dtjob/trainer:test", "DTJOB_RESYNC_SECONDS": "2"}
+
+
+@pytest.fixture(scope="module")
+def admission_operator(cluster, crd, tmp_path_factory) -> Iterator[OperatorProcess]:  # type: ignore[no-untyped-def]
+    log = tmp_path_factory.mktemp("operator") / "operator.log"
+    proc = OperatorProcess(cluster.kubeconfig, log, OPERATOR_ENV)
+    proc.start()
+    yield proc
+    proc.stop()
+    print(f"operator log: {log}")
+
+
+@pytest.fixture
+def rdma_node(cluster) -> Iterator[str]:  # type: ignore[no-untyped-def]
+    """A node with 4 RDMA devices and no GPU, tainted so that only the test's pods go there."""
+    name = unique("rdma")
+    node = fake_gpu_node(name, 0, labels={"pool": name}, taint=name)
+    for amounts in (node["status"]["capacity"], node["status"]["allocatable"]):
+        amounts[RDMA] = "4"
+    cluster.core.create_node(node)
+    wait_for(
+        lambda: any(
+            c.type == "Ready" and c.status == "True"
+            for c in cluster.core.read_node(name).status.conditions or []
+        ),
+        what="the RDMA node Ready",
+    )
+    yield name
+    cluster.core.delete_node(name)
+
+
+def set_rdma_quota(core: client.CoreV1Api, ns: str, devices: int) -> None:
+    body = {"metadata": {"name": "rdma"}, "spec": {"hard": {f"requests.{RDMA}": str(devices)}}}
+    try:
+        core.read_namespaced_resource_quota("rdma", ns)
+    except client.ApiException:
+        core.create_namespaced_resource_quota(ns, body)
+    else:
+        core.patch_namespaced_resource_quota("rdma", ns, body)
+    wait_for(
+        lambda: (
+            (core.read_namespaced_resource_quota("rdma", ns).status.hard or {}).get(
+                f"requests.{RDMA}"
+            )
+            == str(devices)
+        ),
+        what=f"quota of {devices} {RDMA} in {ns} computed",
+    )
+
+
+def rdma_job(name: str, pods: int, node: str) -> dict[str, Any]:
+    template = {
+        "nodeSelector": {"pool": node},
+        "tolerations": [{"key": node, "operator": "Exists"}],
+    }
+    role = {"extendedResources": {RDMA: 1}, "template": template}
+    return JobBuilder(name).strategy("DataParallel").role("worker", pods, **role).build()
+
+
+def admitted(st: dict[str, Any]) -> dict[str, Any]:
+    return next((c for c in st.get("conditions") or [] if c["type"] == "Admitted"), {})
+
+
+@pytest.mark.usefixtures("admission_operator")
+def test_quota_on_an_extended_resource_gates_admission(cluster, namespace, rdma_node):  # type: ignore[no-untyped-def]
+    core = cluster.core
+    set_rdma_quota(core, namespace, 1)
+    create_job(cluster.api, namespace, rdma_job("first", 1, rdma_node))
+    wait_phase(cluster.api, namespace, "first", "Running")
+    pod = core.read_namespaced_pod("first-worker-0", namespace)
+    assert pod.spec.node_name == rdma_node
+    assert pod.spec.containers[0].resources.limits == {RDMA: "1"}
+    assert pod.spec.containers[0].resources.requests == {RDMA: "1"}
+
+    # The quota's one device is taken: the next job waits, with the numbers.
+    create_job(cluster.api, namespace, rdma_job("second", 1, rdma_node))
+    st = wait_phase(cluster.api, namespace, "second", "Queued")
+    wait_for(
+        lambda: (
+            f"needs 1 {RDMA}, namespace {namespace} has 0 free of 1"
+            in admitted(status(cluster.api, namespace, "second")).get("message", "")
+        ),
+        what="the queued job's message with the RDMA quota numbers",
+    )
+    assert st["queuePosition"] == 1
+    assert not [p for p in core.list_namespaced_pod(namespace).items if "second" in p.metadata.name]
+
+    # A gang larger than the whole quota can never be admitted.
+    create_job(cluster.api, namespace, rdma_job("toobig", 2, rdma_node))
+    wait_for(
+        lambda: admitted(status(cluster.api, namespace, "toobig")).get("reason") == "Inadmissible",
+        what="the oversized gang refused",
+    )
+    assert f"needs 2 {RDMA}, more than the quota" in admitted(
+        status(cluster.api, namespace, "toobig")
+    ).get("message", "")
+
+    # Room for one more device admits the waiting job.
+    set_rdma_quota(core, namespace, 2)
+    wait_phase(cluster.api, namespace, "second", "Running")
+    assert core.read_namespaced_pod("second-worker-0", namespace).spec.node_name == rdma_node

@@ -1,0 +1,124 @@
+"""dtjob-run under a real torchrun on CPU: the failing child's exit code survives the
+launcher, and the error file it leaves is what the operator's failure policy reads."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dtjob_operator.policies.launcher_exit import ChildExit, child_exit
+
+# The subprocesses import dtjob_trainer from the source tree, whatever pytest was run with.
+TRAINER_ROOT = Path(__file__).resolve().parents[3] / "trainer_image"
+ENV = {
+    **os.environ,
+    "PYTHONPATH": os.pathsep.join([str(TRAINER_ROOT), os.environ.get("PYTHONPATH", "")]),
+}
+
+CHILD = """
+import os, sys, time
+if int(os.environ["RANK"]) == int(sys.argv[1]):
+    sys.exit(int(sys.argv[2]))
+print("started", flush=True)
+time.sleep(float(sys.argv[3]))
+"""
+
+
+def dtjob_run(tmp_path: Path, *child_args: str) -> subprocess.Popen[bytes]:
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    with socket.socket() as s:  # a port of its own: other torchrun runs may share the host
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
+    torchrun += ["--master-port", port]
+    env = {**ENV, "TORCHELASTIC_ERROR_FILE": str(tmp_path / "termination-log")}
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "dtjob_trainer.dtjob_run",
+            "--",
+            *torchrun,
+            str(script),
+            *child_args,
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+def test_child_exit_code_survives_torchrun(tmp_path: Path) -> None:
+    proc = dtjob_run(tmp_path, "1", "75", "5")
+    _, stderr = proc.communicate(timeout=120)
+    # torchrun's own output still reaches the container log.
+    assert b"Root Cause" in stderr
+    assert proc.returncode == 75
+    message = (tmp_path / "termination-log").read_text()
+    body = json.loads(message)["message"]
+    assert (body["errorCode"], body["extraInfo"]["rank"]) == (75, "1")
+    assert body["extraInfo"]["launcherExitCode"] == "1"
+    assert child_exit(message) == ChildExit(75, 1, error="rank 1 exited with code 75")
+
+
+def test_sigterm_reaches_torchrun_and_exits_143(tmp_path: Path) -> None:
+    proc = dtjob_run(tmp_path, "-1", "0", "60")
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 90
+    while proc.stdout.readline() != b"started\n":
+        assert time.monotonic() < deadline and proc.poll() is None
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 143
+    assert child_exit((tmp_path / "termination-log").read_text()).exit_code == 143  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(("code", "expected"), [(0, 0), (3, 3)])
+def test_other_commands_pass_their_code_through(tmp_path: Path, code: int, expected: int) -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dtjob_trainer.dtjob_run",
+            "--",
+            sys.executable,
+            "-c",
+            f"import sys; sys.exit({code})",
+        ],
+        env={**ENV, "TORCHELASTIC_ERROR_FILE": str(tmp_path / "t")},
+        check=False,
+    )
+    assert result.returncode == expected
+    assert not (tmp_path / "t").exists()
+
+
+def test_rendezvous_timeout_of_torchrun_exits_200(tmp_path: Path) -> None:
+    # A second node whose rank 0 never comes: torchrun gives up on the store after 3 s.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    (tmp_path / "child.py").write_text("pass\n")
+    torchrun = [
+        sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", "1",
+        "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", port,
+        "--rdzv-conf", "timeout=3", str(tmp_path / "child.py"),
+    ]  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "dtjob_trainer.dtjob_run", "--", *torchrun],
+        env={**ENV, "TORCHELASTIC_ERROR_FILE": str(tmp_path / "termination-log")},
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 200, result.stderr[-2000:]
+    child = child_exit((tmp_path / "termination-log").read_text())
+    assert child is not None and child.exit_code == 200

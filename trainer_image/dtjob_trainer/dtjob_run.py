@@ -1,0 +1,186 @@
+"""dtjob-run: run a launcher (torchrun) and exit with the failing child's code.
+
+    dtjob-run -- torchrun --nproc-per-node=2 train.py
+
+torchrun exits 1 whenever a child fails, whatever the child's code, so an exit-code-aware
+restart policy would see every failure as permanent. dtjob-run runs the command, passes its
+output through, forwards SIGTERM/SIGINT to it (so the children can checkpoint), and when it
+exits non-zero, exits with the code of the child that failed first instead:
+
+- from torchrun's error file (JSON, `message.errorCode`; `SignalException ... got signal: N`
+  when torchrun itself was stopped by a signal -> 128 + N; a timeout reaching rank 0's
+  rendezvous store -> 200, the contract's rendezvous timeout), which dtjob-run points to a
+  file of its own through TORCHELASTIC_ERROR_FILE;
+- else from the "Root Cause" block of torchrun's failure summary on stderr (a child that
+  called sys.exit(75) or was killed writes no error file); torchrun reports signals as
+  negative codes, which become 128 + signal, as a container runtime reports them.
+
+It then writes the result in torchelastic's error-file format, with the child's global rank in
+`extraInfo.rank`, to the TORCHELASTIC_ERROR_FILE it was given (the env contract sets the
+container's termination message path), so the operator names the child even when the exit
+code alone would do. Any other command's exit code passes through unchanged.
+
+Standard library only: it may be copied into any image.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+TAIL_LINES = 200  # torchrun's summary is the last ~30 lines of its stderr
+MESSAGE_LIMIT = 1024  # the kubelet keeps 4096 bytes of a termination message
+
+_SIGNAL = re.compile(r"SignalException: Process \d+ got signal: (\d+)")
+# torchrun could not reach the rendezvous store on rank 0's pod in time.
+_RENDEZVOUS = re.compile(
+    r"(DistNetworkError|DistStoreError|RendezvousTimeoutError).*(timed out|timeout)",
+    re.IGNORECASE,
+)
+RENDEZVOUS_TIMEOUT_CODE = 200  # the env contract's code for it: retryable
+_ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):(.*)", re.DOTALL)
+_SUMMARY_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)", re.MULTILINE)
+_SUMMARY_CODE = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class ChildFailure:
+    """What dtjob-run found out about the failure."""
+
+    exit_code: int
+    rank: int | None
+    message: str
+
+
+def container_code(code: int) -> int:
+    """A process exit status as a container runtime reports it: signal N -> 128 + N."""
+    return 128 - code if code < 0 else code
+
+
+def from_error_file(path: Path) -> ChildFailure | None:
+    """The failure torchrun wrote to its error file, if it wrote one with a code in it."""
+    try:
+        data: Any = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    body = data.get("message") if isinstance(data, dict) else None
+    if not isinstance(body, dict):
+        return None
+    message = str(body.get("message") or "")
+    code = body.get("errorCode")
+    if isinstance(code, int) and code != 0:
+        return ChildFailure(container_code(code), None, message)
+    if match := _SIGNAL.search(message):
+        return ChildFailure(128 + int(match.group(1)), None, message)
+    if _RENDEZVOUS.search(message):
+        return ChildFailure(RENDEZVOUS_TIMEOUT_CODE, None, message)
+    return None
+
+
+def from_summary(stderr_tail: str) -> ChildFailure | None:
+    """The root cause in torchrun's ChildFailedError summary, if the output has one."""
+    root = _ROOT_CAUSE.search(stderr_tail)
+    code = _SUMMARY_CODE.search(root.group(1)) if root else None
+    if root is None or code is None:
+        return None
+    rank_match = _SUMMARY_RANK.search(root.group(1))
+    rank = int(rank_match.group(1)) if rank_match else None
+    exit_code = container_code(int(code.group(1)))
+    who = f"rank {rank}" if rank is not None else "a child process"
+    return ChildFailure(exit_code, rank, f"{who} exited with code {exit_code}")
+
+
+def resolve(error_file: Path, stderr_tail: str) -> ChildFailure | None:
+    """The failure behind a launcher's non-zero exit: error file first, then the summary
+    (for the rank, which the error file never names); None when neither names a code."""
+    from_file = from_error_file(error_file)
+    summary = from_summary(stderr_tail)
+    if from_file is not None:
+        rank = summary.rank if summary and summary.exit_code == from_file.exit_code else None
+        return ChildFailure(from_file.exit_code, rank, from_file.message)
+    return summary
+
+
+def write_error_file(path: str, failure: ChildFailure, launcher_code: int) -> None:
+    """torchelastic's error-file format, short enough for a termination message."""
+    extra = {"launcherExitCode": str(launcher_code), "timestamp": str(int(time.time()))}
+    if failure.rank is not None:
+        extra["rank"] = str(failure.rank)
+    body = {
+        "message": {
+            "message": failure.message[-MESSAGE_LIMIT:],
+            "errorCode": failure.exit_code,
+            "extraInfo": extra,
+        }
+    }
+    try:
+        Path(path).write_text(json.dumps(body))
+    except OSError as err:
+        print(f"dtjob-run: cannot write {path}: {err}", file=sys.stderr)
+
+
+def _pump(source: IO[bytes], tail: collections.deque[str]) -> None:
+    """Copy the launcher's stderr through, keeping its last lines."""
+    sink = sys.stderr.buffer
+    for line in iter(source.readline, b""):
+        sink.write(line)
+        sink.flush()
+        tail.append(line.decode(errors="replace"))
+
+
+def run(command: Sequence[str]) -> int:
+    """Run `command`; its exit code, or the failing child's (see the module docstring)."""
+    target = os.environ.get(ERROR_FILE_ENV)
+    with tempfile.TemporaryDirectory(prefix="dtjob-run-") as tmp:
+        error_file = Path(tmp) / "error.json"
+        env = {**os.environ, ERROR_FILE_ENV: str(error_file)}
+        proc = subprocess.Popen(list(command), env=env, stderr=subprocess.PIPE)
+        assert proc.stderr is not None
+        for sig in FORWARDED_SIGNALS:
+            signal.signal(sig, lambda signum, _frame: proc.send_signal(signum))
+        tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+        pump = threading.Thread(target=_pump, args=(proc.stderr, tail), daemon=True)
+        pump.start()
+        returncode = proc.wait()
+        pump.join()
+        if returncode == 0:
+            return 0
+        failure = resolve(error_file, "".join(tail))
+    if failure is None:
+        return container_code(returncode)
+    if target:
+        write_error_file(target, failure, returncode)
+    return failure.exit_code
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of the dtjob-run console script."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] == "--":
+        args = args[1:]
+    if not args:
+        print("usage: dtjob-run -- COMMAND [ARGS...]   (e.g. torchrun ...)", file=sys.stderr)
+        sys.exit(2)
+    try:
+        sys.exit(run(args))
+    except FileNotFoundError as err:
+        print(f"dtjob-run: {err}", file=sys.stderr)
+        sys.exit(127)
+
+
+if __name__ == "__main__":
+    main()
