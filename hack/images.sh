@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the operator and trainer images from this repository's Dockerfiles (unchanged) with
+# Builds the operator, trainer and examples/custom-image images from this repository's Dockerfiles (unchanged) with
 # no container registry, and imports them into the real node's containerd (namespace k8s.io).
 #
 #   1. base image dtjob/python-base:3.11-bookworm: debootstrap of Debian bookworm (minbase)
@@ -26,6 +26,8 @@ TAG=$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$top/charts/dtjo
 OPERATOR_IMAGE=dtjob/operator:$TAG
 TRAINER_IMAGE=dtjob/trainer:$TAG
 PAUSE_IMAGE=dtjob/pause:3.10  # hack/realnode.py's sandbox_image
+# examples/custom-image: a user's own torchrun image (the e2e tier runs it as a user would).
+CUSTOM_IMAGE=dtjob/custom-example:dev
 export DOCKER_HOST=unix://$work/docker.sock
 
 die() { echo "images: $*" >&2; exit 1; }
@@ -140,18 +142,22 @@ case "$verb" in
     base_image
     build "$OPERATOR_IMAGE" Dockerfile operator
     build "$TRAINER_IMAGE" trainer_image/Dockerfile trainer
-    if [ "$verb" = all ]; then import "$OPERATOR_IMAGE" && import "$TRAINER_IMAGE"; fi
+    build "$CUSTOM_IMAGE" examples/custom-image/Dockerfile custom-example
+    if [ "$verb" = all ]; then
+      import "$OPERATOR_IMAGE" && import "$TRAINER_IMAGE" && import "$CUSTOM_IMAGE"
+    fi
     ;;
   import)
     dockerd_up
     import "$OPERATOR_IMAGE"
     import "$TRAINER_IMAGE"
+    import "$CUSTOM_IMAGE"
     ;;
   node) # what the real node needs at start: the pause image, and our images when built
     dockerd_up
     pause_image
     import "$PAUSE_IMAGE"
-    for i in "$OPERATOR_IMAGE" "$TRAINER_IMAGE"; do
+    for i in "$OPERATOR_IMAGE" "$TRAINER_IMAGE" "$CUSTOM_IMAGE"; do
       if docker image inspect "$i" >/dev/null 2>&1; then import "$i"; fi
     done
     ;;

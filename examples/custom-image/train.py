@@ -123,7 +123,8 @@ def main() -> int:
                 report(step=step, checkpoint=step, message="stopped by SIGTERM", force=True)
             dist.destroy_process_group()
             return EXIT_SIGTERM
-        if args.fail_at_step and step == args.fail_at_step and rank == args.fail_rank:
+        # Once: a run resumed at or after that step goes on (the restart is what is tried).
+        if step == args.fail_at_step and start < step and rank == args.fail_rank:
             print(f"rank {rank}: failing at step {step} with {args.fail_code}", flush=True)
             return args.fail_code
         idx = (step * args.batch_size + torch.arange(args.batch_size)) % len(x)

@@ -3,7 +3,6 @@ checkpoint on a PVC (a hostPath PV made here) and still succeeds."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 from pathlib import Path
@@ -12,42 +11,11 @@ from typing import Any
 from helpers.realnode import E2E, watch_job
 
 
-def _pvc(e2e: E2E, ns: str, path: Path) -> str:
-    path.mkdir(parents=True, exist_ok=True)
-    os.chown(path, 1000, 1000)  # the trainer image's user
-    e2e.kubectl(
-        "apply",
-        "-f",
-        "-",
-        stdin=f"""
-apiVersion: v1
-kind: PersistentVolume
-metadata: {{name: {ns}-ckpt}}
-spec:
-  capacity: {{storage: 1Gi}}
-  accessModes: [ReadWriteOnce]
-  persistentVolumeReclaimPolicy: Delete
-  storageClassName: e2e-hostpath
-  claimRef: {{namespace: {ns}, name: ckpt}}
-  hostPath: {{path: {path}, type: Directory}}
----
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata: {{name: ckpt, namespace: {ns}}}
-spec:
-  accessModes: [ReadWriteOnce]
-  storageClassName: e2e-hostpath
-  resources: {{requests: {{storage: 1Gi}}}}
-""",
-    )
-    return "ckpt"
-
-
 def test_killed_container_restarts_gang_and_resumes_from_checkpoint(
     e2e: E2E, e2e_namespace: str, tmp_path: Path
 ) -> None:
     ns = e2e_namespace
-    claim = _pvc(e2e, ns, Path("/tmp") / f"dtjob-{ns}-ckpt")
+    claim = e2e.hostpath_claim(ns, Path("/tmp") / f"dtjob-{ns}-ckpt")
     job = e2e.apply_example(
         "data-parallel", ns, checkpoint__claimName=claim, checkpoint__everySteps=50,
         trainer__steps=600,

@@ -4,6 +4,7 @@ cluster, with the real node's overlay from hack/realnode_overlay.py."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 import uuid
@@ -62,6 +63,38 @@ class E2E:
 
     def job(self, ns: str, name: str) -> dict[str, Any]:
         return self.get("dtj", "-n", ns, name)
+
+    def hostpath_claim(self, ns: str, path: Path, name: str = "ckpt") -> str:
+        """A PVC `name` bound to a hostPath PV at `path` on the real node (one node: the
+        ReadWriteOnce claim is shared by every pod of the gang); returns the claim name."""
+        path.mkdir(parents=True, exist_ok=True)
+        os.chown(path, 1000, 1000)  # the images' trainer user
+        self.kubectl(
+            "apply",
+            "-f",
+            "-",
+            stdin=f"""
+apiVersion: v1
+kind: PersistentVolume
+metadata: {{name: {ns}-{name}}}
+spec:
+  capacity: {{storage: 1Gi}}
+  accessModes: [ReadWriteOnce]
+  persistentVolumeReclaimPolicy: Delete
+  storageClassName: e2e-hostpath
+  claimRef: {{namespace: {ns}, name: {name}}}
+  hostPath: {{path: {path}, type: Directory}}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  accessModes: [ReadWriteOnce]
+  storageClassName: e2e-hostpath
+  resources: {{requests: {{storage: 1Gi}}}}
+""",
+        )
+        return name
 
 
 def watch_job(e2e: E2E, ns: str, name: str, timeout: float, on_poll: Any = None) -> dict[str, Any]:

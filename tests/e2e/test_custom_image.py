@@ -1,0 +1,92 @@
+"""A user's own image (examples/custom-image, built by hack/images.sh from its Dockerfile):
+`torchrun` with 2 processes in each of 2 pods behind `dtjob-run`, progress through the
+stdlib helper, checkpoints on a PVC. A child's retryable exit code restarts the gang, which
+resumes from the checkpoint; a permanent one fails the job naming the child's exit code."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from helpers.cluster import REPO
+from helpers.realnode import E2E, place_on_real_node, watch_job
+
+MANIFEST = REPO / "examples" / "custom-image" / "job.yaml"
+
+
+def _apply(e2e: E2E, ns: str, name: str, args: list[str], claim: str | None = None) -> None:
+    job: dict[str, Any] = yaml.safe_load(MANIFEST.read_text())
+    job["metadata"]["name"] = name
+    place_on_real_node(job, cpu="500m")
+    job["spec"]["trainer"]["args"] = args
+    if claim:
+        job["spec"]["checkpoint"]["claimName"] = claim
+    e2e.kubectl("apply", "-n", ns, "-f", "-", stdin=yaml.safe_dump(job))
+
+
+def _condition(job: dict[str, Any], type_: str) -> dict[str, Any]:
+    for c in job["status"].get("conditions") or []:
+        if c["type"] == type_:
+            return dict(c)
+    return {}
+
+
+def test_torchrun_child_retryable_code_restarts_and_resumes_from_pvc(
+    e2e: E2E, e2e_namespace: str
+) -> None:
+    ns, name = e2e_namespace, "custom-retry"
+    claim = e2e.hostpath_claim(ns, Path("/tmp") / f"dtjob-{ns}-ckpt")
+    # Checkpoint every 50 steps; rank 1 exits 75 at step 100, once (a resumed run goes on).
+    _apply(e2e, ns, name, ["--steps", "200", "--fail-at-step", "100"], claim=claim)
+    rows: list[tuple[int, str]] = []  # (status step, printed row)
+    resumed: list[int] = []
+    restart_messages: list[str] = []
+
+    def seen(obj: dict[str, Any], row: str) -> None:
+        st = obj.get("status", {})
+        progress = st.get("progress") or {}
+        if progress.get("step") and progress.get("loss") is not None:
+            rows.append((progress["step"], row))
+        if msg := _condition(obj, "Restarting").get("message"):
+            restart_messages.append(msg)
+        if st.get("restarts", 0) >= 1 and st.get("phase") == "Running" and st.get("progress"):
+            resumed.append(st["progress"]["step"])
+
+    done = watch_job(e2e, ns, name, timeout=900, on_poll=seen)
+    st = done["status"]
+    assert st["phase"] == "Succeeded", st
+    assert st["restarts"] == 1, st
+    assert st["progress"]["step"] == 200, st
+    # The gang came back at the step-100 checkpoint, not at 0.
+    assert resumed and min(resumed) >= 100, resumed
+    log = e2e.kubectl("logs", "-n", ns, f"{name}-worker-0", check=False)
+    assert "resuming at step 100" in log, log[-2000:]
+    # Classified by the child's code, not torchrun's own exit 1.
+    assert any("code 75" in m and "torchrun" in m for m in restart_messages), restart_messages
+    # STEP and LOSS were in `kubectl get dtj` while it ran: the step, then the loss.
+    assert any(_step_then_loss(step, row) for step, row in rows), rows[-5:]
+
+
+def _step_then_loss(step: int, row: str) -> bool:
+    cells = row.split()
+    if str(step) not in cells[:-1]:
+        return False
+    try:
+        float(cells[cells.index(str(step)) + 1])
+    except ValueError:
+        return False
+    return True
+
+
+def test_torchrun_child_permanent_code_fails_naming_the_child(e2e: E2E, e2e_namespace: str) -> None:
+    ns, name = e2e_namespace, "custom-permanent"
+    _apply(e2e, ns, name, ["--steps", "200", "--fail-at-step", "10", "--fail-code", "3"])
+    done = watch_job(e2e, ns, name, timeout=600)
+    st = done["status"]
+    assert st["phase"] == "Failed", st
+    assert st.get("restarts", 0) == 0, st
+    failed = _condition(done, "Failed")
+    assert failed["reason"] == "PodFailedPermanent", failed
+    assert "code 3" in failed["message"] and "torchrun" in failed["message"], failed
