@@ -72,6 +72,14 @@ def read_progress(job_name: str, config_maps: list[Obj]) -> dict[str, Any] | Non
     return None
 
 
+def checkpoint_claim_name(job: Obj) -> str | None:
+    """spec.checkpoint.claimName when the job names a claim (any shape is tolerated: an
+    invalid spec is the planner's to report)."""
+    checkpoint = (job.get("spec") or {}).get("checkpoint")
+    name = checkpoint.get("claimName") if isinstance(checkpoint, dict) else None
+    return name if isinstance(name, str) and name else None
+
+
 def _admitted(status: dict[str, Any]) -> bool:
     return any(
         c.get("type") == CONDITION_ADMITTED and c.get("status") == STATUS_TRUE
@@ -228,12 +236,15 @@ class Reconciler:
             }
             if view.reason:
                 admission["admission_reason"] = view.reason
+        # Read only when named: most jobs have no claim, and the get costs a round trip.
+        claim_name = checkpoint_claim_name(job)
         observed = lifecycle.Observed(
             job=job,
             pods=pods,
             children=existing,
             progress=read_progress(name, config_maps),
             now=datetime.now(UTC),
+            checkpoint_claim=self.api.get_pvc(namespace, claim_name) if claim_name else None,
             **admission,
         )
         plan = lifecycle.plan(observed, self.settings)
