@@ -133,7 +133,7 @@ def test_ephemeral_checkpoints_are_said_once_and_the_job_runs() -> None:
     p = step(NO_CLAIM, None)
     assert pods_created(p) == ["j-worker-0", "j-worker-1"]
     assert condition(p, "CheckpointStorage")["reason"] == "EphemeralCheckpoints"
-    assert [(e.type, e.reason) for e in p.events][0] == ("Normal", "EphemeralCheckpoints")
+    assert (p.events[0].type, p.events[0].reason) == ("Normal", "EphemeralCheckpoints")
     again = step(then(NO_CLAIM, p), None, now=5)
     assert "EphemeralCheckpoints" not in [e.reason for e in again.events]
     assert condition(again, "CheckpointStorage") == condition(p, "CheckpointStorage")
