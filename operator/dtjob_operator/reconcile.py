@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from kubernetes.client.exceptions import ApiException
 
 from dtjob_operator import lifecycle
 from dtjob_operator.admission.controller import AdmissionBook, AdmissionController
+from dtjob_operator.api.spec import DNS1123_SUBDOMAIN
 from dtjob_operator.api.status import TERMINAL_PHASES
 from dtjob_operator.constants import (
     CONDITION_ADMITTED,
@@ -73,11 +75,14 @@ def read_progress(job_name: str, config_maps: list[Obj]) -> dict[str, Any] | Non
 
 
 def checkpoint_claim_name(job: Obj) -> str | None:
-    """spec.checkpoint.claimName when the job names a claim (any shape is tolerated: an
-    invalid spec is the planner's to report)."""
+    """spec.checkpoint.claimName when the job names a claim that could exist. Any shape is
+    tolerated (a cluster whose CRD lacks the schema stores anything): an invalid spec is the
+    planner's to report, and a name that is no object name is not worth an API call."""
     checkpoint = (job.get("spec") or {}).get("checkpoint")
     name = checkpoint.get("claimName") if isinstance(checkpoint, dict) else None
-    return name if isinstance(name, str) and name else None
+    if isinstance(name, str) and len(name) <= 253 and re.fullmatch(DNS1123_SUBDOMAIN, name):
+        return name
+    return None
 
 
 def _admitted(status: dict[str, Any]) -> bool:
