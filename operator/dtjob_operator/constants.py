@@ -18,7 +18,8 @@ status flips.
 - Failed: terminal failure (InvalidSpec, PodFailedPermanent, BackoffLimitExceeded,
   DeadlineExceeded).
 - CheckpointStorage: True when checkpoints survive a gang restart (Persistent); False with
-  EphemeralCheckpoints, ClaimNotFound, ClaimPending, ClaimLost or ClaimNotShareable
+  EphemeralCheckpoints, ClaimNotFound, ClaimTerminating, ClaimPending, ClaimLost or
+  ClaimNotShareable
   (policies/checkpoint_storage.py).
 
 Child objects carry owner references to the job and no finalizers: Kubernetes' garbage
@@ -90,6 +91,7 @@ REASON_INVALID_SPEC: Final = "InvalidSpec"
 REASON_PERSISTENT_CHECKPOINTS: Final = "Persistent"
 REASON_EPHEMERAL_CHECKPOINTS: Final = "EphemeralCheckpoints"
 REASON_CLAIM_NOT_FOUND: Final = "ClaimNotFound"
+REASON_CLAIM_TERMINATING: Final = "ClaimTerminating"
 REASON_CLAIM_PENDING: Final = "ClaimPending"
 REASON_CLAIM_LOST: Final = "ClaimLost"
 REASON_CLAIM_NOT_SHAREABLE: Final = "ClaimNotShareable"

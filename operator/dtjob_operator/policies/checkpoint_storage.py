@@ -18,6 +18,8 @@ may start. The reasons, from best to worst:
   events.
 - ClaimNotFound (False): no such claim. The gang waits (pods would hang in
   ContainerCreating with FailedMount) and starts once the claim exists.
+- ClaimTerminating (False): the claim is being deleted. Pods that still mount it keep it
+  (PVC protection); a new gang waits, as the scheduler refuses pods that mount it.
 - ReadWriteOncePod with more than one pod can never work (one pod at a time, cluster-wide):
   the job fails with InvalidSpec.
 """
@@ -36,6 +38,7 @@ from dtjob_operator.constants import (
     REASON_CLAIM_NOT_FOUND,
     REASON_CLAIM_NOT_SHAREABLE,
     REASON_CLAIM_PENDING,
+    REASON_CLAIM_TERMINATING,
     REASON_EPHEMERAL_CHECKPOINTS,
     REASON_PERSISTENT_CHECKPOINTS,
 )
@@ -90,6 +93,18 @@ def judge_checkpoint_storage(
                 f"spec.checkpoint.claimName: PersistentVolumeClaim {name!r} does not exist "
                 f"in namespace {namespace!r}; the pods are created once it exists (create "
                 "it, or fix the name)"
+            ),
+            event_type=EVENT_WARNING,
+            blocks_start=True,
+        )
+    if (claim.get("metadata") or {}).get("deletionTimestamp"):
+        return StorageVerdict(
+            ok=False,
+            reason=REASON_CLAIM_TERMINATING,
+            message=(
+                f"spec.checkpoint.claimName: claim {name!r} is being deleted; pods that "
+                "mount it keep it until they end, and a new gang waits until a claim of "
+                "that name exists again"
             ),
             event_type=EVENT_WARNING,
             blocks_start=True,

@@ -31,7 +31,12 @@ def pvc(*modes: str, phase: str | None = "Bound", bound_modes: bool = True) -> d
     return claim
 
 
-RWX, RWO, RWOP, ROX = "ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod", "ReadOnlyMany"
+def terminating(claim: dict[str, Any]) -> dict[str, Any]:
+    claim["metadata"]["deletionTimestamp"] = "2026-01-01T12:00:00Z"
+    return claim
+
+
+RWX, RWO, RWOP = "ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod"
 
 # (name, job, claim, ok, reason, blocks_start, invalid, event type, words in the message)
 CASES = [
@@ -58,6 +63,8 @@ CASES = [
      False, False, "Normal", ("Pending",)),
     ("lost", CLAIMED, pvc(RWX, phase="Lost"), False, "ClaimLost", False, False, "Warning",
      ("Lost",)),
+    ("being deleted", CLAIMED, terminating(pvc(RWX)), False, "ClaimTerminating", True, False,
+     "Warning", ("being deleted", "'ckpt'")),
     ("bound, modes only in spec", CLAIMED, pvc(RWX, bound_modes=False), True, "Persistent",
      False, False, "Normal", ()),
 ]  # fmt: skip
