@@ -17,6 +17,10 @@ status flips.
 - Succeeded: terminal success (AllWorkersSucceeded, AllStagesSucceeded).
 - Failed: terminal failure (InvalidSpec, PodFailedPermanent, BackoffLimitExceeded,
   DeadlineExceeded).
+- CheckpointStorage: True when checkpoints survive a gang restart (Persistent); False with
+  EphemeralCheckpoints, ClaimNotFound, ClaimTerminating, ClaimPending, ClaimLost or
+  ClaimNotShareable
+  (policies/checkpoint_storage.py).
 
 Child objects carry owner references to the job and no finalizers: Kubernetes' garbage
 collector deletes them with the job, and a job can always be deleted even when the operator
@@ -52,6 +56,7 @@ CONDITION_RESTARTING: Final = "Restarting"
 CONDITION_SUSPENDED: Final = "Suspended"
 CONDITION_SUCCEEDED: Final = "Succeeded"
 CONDITION_FAILED: Final = "Failed"
+CONDITION_CHECKPOINT_STORAGE: Final = "CheckpointStorage"
 
 STATUS_TRUE: Final = "True"
 STATUS_FALSE: Final = "False"
@@ -82,6 +87,14 @@ REASON_RESUMED: Final = "Resumed"
 REASON_ALL_WORKERS_SUCCEEDED: Final = "AllWorkersSucceeded"
 REASON_ALL_STAGES_SUCCEEDED: Final = "AllStagesSucceeded"
 REASON_INVALID_SPEC: Final = "InvalidSpec"
+# CheckpointStorage reasons (policies/checkpoint_storage.py says what each means).
+REASON_PERSISTENT_CHECKPOINTS: Final = "Persistent"
+REASON_EPHEMERAL_CHECKPOINTS: Final = "EphemeralCheckpoints"
+REASON_CLAIM_NOT_FOUND: Final = "ClaimNotFound"
+REASON_CLAIM_TERMINATING: Final = "ClaimTerminating"
+REASON_CLAIM_PENDING: Final = "ClaimPending"
+REASON_CLAIM_LOST: Final = "ClaimLost"
+REASON_CLAIM_NOT_SHAREABLE: Final = "ClaimNotShareable"
 
 # --- event-only reasons --------------------------------------------------------------------
 EVENT_CREATED: Final = "Created"  # a gang's pods were created

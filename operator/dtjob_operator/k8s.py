@@ -76,6 +76,19 @@ class KubeApi:
         )
         return _items(resp)
 
+    def get_pvc(self, namespace: str, name: str) -> Obj | None:
+        """A PersistentVolumeClaim as raw JSON, or None when it does not exist."""
+        try:
+            resp = self.core.read_namespaced_persistent_volume_claim(
+                name, namespace, _preload_content=False
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        claim: Obj = json.loads(cast(Any, resp).data)
+        return claim
+
     # -- what the admission reads (cluster-wide lists, raw JSON) -------------------------
 
     def list_jobs(self, namespaces: list[str] | None = None) -> list[Obj]:

@@ -14,6 +14,9 @@ Reading order (each step returns when it decides):
    still copied); apply cleanPodPolicy; delete the job once ttlSecondsAfterFinished passed.
 3. Invalid spec: Failed with reason InvalidSpec and every error's field in the message; no
    children are created.
+3b. Checkpoint storage (policies/checkpoint_storage.py): the CheckpointStorage condition,
+   with an event when its reason changes; a ReadWriteOncePod claim for a multi-pod gang is
+   InvalidSpec, and a missing claim holds the gang's creation (step 9) until it exists.
 4. spec.suspend: delete every pod, phase Suspended; the deadline clock stops (startTime is
    cleared, as batch/v1 Jobs do); unsuspending resumes with a fresh gang. Under the built-in
    admission a suspended job gives up its admission and queues again when resumed.
@@ -50,6 +53,7 @@ from dtjob_operator.api.validation import validate_job
 from dtjob_operator.builders import Job, Manifest, build_pods, build_support_objects, child_key
 from dtjob_operator.constants import (
     CONDITION_ADMITTED,
+    CONDITION_CHECKPOINT_STORAGE,
     CONDITION_FAILED,
     CONDITION_RESTARTING,
     CONDITION_RUNNING,
@@ -75,6 +79,7 @@ from dtjob_operator.constants import (
 from dtjob_operator.envcontract import rank_layout
 from dtjob_operator.plan_types import Event, Observed, Plan
 from dtjob_operator.policies.backoff import restart_delay, restart_not_before
+from dtjob_operator.policies.checkpoint_storage import StorageVerdict, judge_checkpoint_storage
 from dtjob_operator.policies.clean_pod_policy import pods_to_clean
 from dtjob_operator.policies.deadline import deadline_exceeded, deadline_of
 from dtjob_operator.policies.failure_policy import FailureVerdict, gang_failures, judge
@@ -129,6 +134,7 @@ class _Planner:
         self.queue_position: int | None = None
         self.admission: dict[str, Any] = dict(self.prior.get("admission") or {})
         self.builtin_admission = settings.admission == "builtin"
+        self.storage: StorageVerdict | None = None
 
     # -- the decision, top to bottom -----------------------------------------------------
 
@@ -151,6 +157,9 @@ class _Planner:
         job = Job.from_object(self.o.job)
         self.job, self.spec = job, job.spec
         self.gang = gang_of(self.o.pods, self.restarts)
+        self.storage = self._checkpoint_storage()
+        if self.storage.invalid:
+            return self._fail(REASON_INVALID_SPEC, self.storage.message)
         if self.spec.suspend:
             return self._suspend()
         if self.o.preempted is not None:
@@ -350,6 +359,13 @@ class _Planner:
             self.requeue.append(waiting)
             self._requeue_for_deadline()
             return self._render()
+        if self.storage is not None and self.storage.blocks_start:
+            # Pods would hang in FailedMount: wait (the condition says why), look again.
+            self.phase = (
+                JobPhase.RESTARTING if self.prior_phase == JobPhase.RESTARTING else JobPhase.PENDING
+            )
+            self.requeue.append(self.settings.resync_seconds)
+            return self._render()
         pods = self._missing_pods()
         self.create.extend(pods)
         self.phase = JobPhase.STARTING
@@ -383,6 +399,21 @@ class _Planner:
         return result
 
     # -- helpers ---------------------------------------------------------------------------
+
+    def _checkpoint_storage(self) -> StorageVerdict:
+        """The CheckpointStorage condition; an event only when its reason changes."""
+        assert self.spec is not None
+        verdict = judge_checkpoint_storage(
+            self.spec,
+            self._gang_size(),
+            str(self.meta.get("namespace") or ""),
+            self.o.checkpoint_claim,
+        )
+        self._condition(CONDITION_CHECKPOINT_STORAGE, verdict.ok, verdict.reason, verdict.message)
+        prior = self._prior_condition(CONDITION_CHECKPOINT_STORAGE)
+        if prior.get("reason") != verdict.reason and not verdict.invalid:
+            self._event(verdict.event_type, verdict.reason, verdict.message)
+        return verdict
 
     def _create_missing_support_objects(self) -> None:
         for manifest in build_support_objects(self.job):

@@ -37,6 +37,9 @@ class Observed:
     """The job's position in its namespace's admission queue while it waits."""
     preempted: str | None = None
     """Set by the admission to suspend this job for a higher-priority one: the message."""
+    checkpoint_claim: Mapping[str, Any] | None = None
+    """The PersistentVolumeClaim spec.checkpoint.claimName names, as the API returns it;
+    None when the job names none or the claim does not exist."""
 
 
 @dataclass(frozen=True)

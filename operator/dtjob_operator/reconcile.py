@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from kubernetes.client.exceptions import ApiException
 
 from dtjob_operator import lifecycle
 from dtjob_operator.admission.controller import AdmissionBook, AdmissionController
+from dtjob_operator.api.spec import DNS1123_SUBDOMAIN
 from dtjob_operator.api.status import TERMINAL_PHASES
 from dtjob_operator.constants import (
     CONDITION_ADMITTED,
@@ -69,6 +71,17 @@ def read_progress(job_name: str, config_maps: list[Obj]) -> dict[str, Any] | Non
             except ValueError:
                 return None
             return value if isinstance(value, dict) else None
+    return None
+
+
+def checkpoint_claim_name(job: Obj) -> str | None:
+    """spec.checkpoint.claimName when the job names a claim that could exist. Any shape is
+    tolerated (a cluster whose CRD lacks the schema stores anything): an invalid spec is the
+    planner's to report, and a name that is no object name is not worth an API call."""
+    checkpoint = (job.get("spec") or {}).get("checkpoint")
+    name = checkpoint.get("claimName") if isinstance(checkpoint, dict) else None
+    if isinstance(name, str) and len(name) <= 253 and re.fullmatch(DNS1123_SUBDOMAIN, name):
+        return name
     return None
 
 
@@ -228,12 +241,15 @@ class Reconciler:
             }
             if view.reason:
                 admission["admission_reason"] = view.reason
+        # Read only when named: most jobs have no claim, and the get costs a round trip.
+        claim_name = checkpoint_claim_name(job)
         observed = lifecycle.Observed(
             job=job,
             pods=pods,
             children=existing,
             progress=read_progress(name, config_maps),
             now=datetime.now(UTC),
+            checkpoint_claim=self.api.get_pvc(namespace, claim_name) if claim_name else None,
             **admission,
         )
         plan = lifecycle.plan(observed, self.settings)

@@ -382,8 +382,10 @@ class CheckpointSpec(ApiModel):
     )
 
     claimName: str | None = Field(default=None, max_length=253, pattern=DNS1123_SUBDOMAIN)
-    """PersistentVolumeClaim for checkpoints. Without one they go to an emptyDir, which a
-    gang restart loses (pods are recreated)."""
+    """PersistentVolumeClaim for checkpoints, in the job's namespace; ReadWriteMany when the
+    gang has several pods. Without one they go to an emptyDir, which a gang restart loses
+    (pods are recreated). The pods wait until a named claim exists; the CheckpointStorage
+    condition says what applies."""
     mountPath: str = Field(default="/checkpoints", pattern=r"^/.*", max_length=1024)
     """Where the checkpoint volume is mounted in the trainer container."""
     everySteps: int = Field(default=50, ge=1, le=100000000)

@@ -39,7 +39,7 @@ def test_waiting_job_is_queued_with_position_and_holds_nothing() -> None:
     p = run(DDP, admitted=False, admission_message="needs 8", queue_position=3)
     assert p.status["phase"] == "Queued" and p.status["queuePosition"] == 3
     assert p.create == [] and cond(p, "Admitted")["message"] == "needs 8"
-    assert [e.reason for e in p.events] == ["WaitingForAdmission"]
+    assert [e.reason for e in p.events] == ["EphemeralCheckpoints", "WaitingForAdmission"]
     queued = DDP.copy().with_full_status(p.status)
     again = run(queued, admitted=False, admission_message="needs 8", queue_position=2)
     assert again.events == [] and again.status["queuePosition"] == 2

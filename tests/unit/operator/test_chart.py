@@ -164,6 +164,8 @@ def test_cluster_role_grants_what_the_operator_needs_and_no_wildcards() -> None:
     assert rules[("scheduling.k8s.io", "priorityclasses")] == {"get", "list", "watch"}
     assert ("kopf.dev", "clusterkopfpeerings") in rules
     assert ("", "secrets") not in rules
+    # The checkpoint claim is read, never listed, watched or changed.
+    assert rules[("", "persistentvolumeclaims")] == {"get"}
 
 
 def test_binding_ties_the_role_to_the_service_account() -> None:

@@ -65,7 +65,7 @@ CASES = [
             *GANG_0,
         ],
         condition=("Running", "False", "PodsNotReady"),
-        events=["Created"],
+        events=["EphemeralCheckpoints", "Created"],
         requeue=5,
     ),
     Case(
@@ -74,7 +74,7 @@ CASES = [
         [w(0)],
         phase="Starting",
         creates=["Pod/j-worker-1"],
-        events=["Created"],
+        events=["EphemeralCheckpoints", "Created"],
         requeue=5,
     ),
     Case(
@@ -259,7 +259,7 @@ CASES = [
         phase="Queued",
         creates=[],
         condition=("Admitted", "False", "WaitingForAdmission"),
-        events=["WaitingForAdmission"],
+        events=["EphemeralCheckpoints", "WaitingForAdmission"],
         requeue=10,
     ),
 ]
