@@ -16,7 +16,8 @@ status flips.
 - Suspended: True while spec.suspend holds the job without pods (Suspended / Resumed).
 - Succeeded: terminal success (AllWorkersSucceeded, AllStagesSucceeded).
 - Failed: terminal failure (InvalidSpec, PodFailedPermanent, BackoffLimitExceeded,
-  DeadlineExceeded).
+  DeadlineExceeded). InvalidSpec also when the API server refuses a pod for good (422,
+  Pod Security, a missing PriorityClass), with the API server's message.
 
 Child objects carry owner references to the job and no finalizers: Kubernetes' garbage
 collector deletes them with the job, and a job can always be deleted even when the operator
@@ -82,6 +83,9 @@ REASON_RESUMED: Final = "Resumed"
 REASON_ALL_WORKERS_SUCCEEDED: Final = "AllWorkersSucceeded"
 REASON_ALL_STAGES_SUCCEEDED: Final = "AllStagesSucceeded"
 REASON_INVALID_SPEC: Final = "InvalidSpec"
+# The API server refused to create a child for a reason that may clear (quota, throttling,
+# 5xx, a webhook timing out): the create is retried with backoff (Running=False).
+REASON_CREATE_FAILED: Final = "CreateFailed"
 
 # --- event-only reasons --------------------------------------------------------------------
 EVENT_CREATED: Final = "Created"  # a gang's pods were created

@@ -13,7 +13,11 @@ Reading order (each step returns when it decides):
 2. Already Succeeded or Failed: the status is final (only the trainer's last progress is
    still copied); apply cleanPodPolicy; delete the job once ttlSecondsAfterFinished passed.
 3. Invalid spec: Failed with reason InvalidSpec and every error's field in the message; no
-   children are created.
+   children are created. Likewise when the API server refused to create a child for good
+   (422 Invalid, Pod Security, a missing PriorityClass; `observed.create_error`, policies/
+   create_errors.py): its message names the field, and every pod of the gang is deleted.
+   A transient refusal (quota, throttling, 5xx) keeps the phase and sets Running=False
+   with reason CreateFailed; the executor retries with backoff.
 4. spec.suspend: delete every pod, phase Suspended; the deadline clock stops (startTime is
    cleared, as batch/v1 Jobs do); unsuspending resumes with a fresh gang. Under the built-in
    admission a suspended job gives up its admission and queues again when resumed.
@@ -61,6 +65,7 @@ from dtjob_operator.constants import (
     EVENT_WARNING,
     REASON_ADMITTED,
     REASON_BACKOFF_LIMIT_EXCEEDED,
+    REASON_CREATE_FAILED,
     REASON_DEADLINE_EXCEEDED,
     REASON_INVALID_SPEC,
     REASON_POD_FAILED_PERMANENT,
@@ -76,6 +81,7 @@ from dtjob_operator.envcontract import rank_layout
 from dtjob_operator.plan_types import Event, Observed, Plan
 from dtjob_operator.policies.backoff import restart_delay, restart_not_before
 from dtjob_operator.policies.clean_pod_policy import pods_to_clean
+from dtjob_operator.policies.create_errors import CreateError
 from dtjob_operator.policies.deadline import deadline_exceeded, deadline_of
 from dtjob_operator.policies.failure_policy import FailureVerdict, gang_failures, judge
 from dtjob_operator.policies.finished import finished_actions, lenient_run_policy, unfinished
@@ -147,6 +153,9 @@ class _Planner:
         job = Job.from_object(self.o.job)
         self.job, self.spec = job, job.spec
         self.gang = gang_of(self.o.pods, self.restarts)
+        refused = self.o.create_error
+        if refused is not None and refused.permanent:
+            return self._refused(refused)
         if self.spec.suspend:
             return self._suspend()
         if self.o.preempted is not None:
@@ -162,6 +171,11 @@ class _Planner:
                 f"the job ran longer than activeDeadlineSeconds ({seconds}s)",
             )
         members = [m["metadata"]["name"] for m in build_pods(job, self.restarts, self.settings)]
+        if self._prior_condition(CONDITION_RUNNING).get("reason") == REASON_CREATE_FAILED:
+            # A member whose create was refused was never there to be lost: it is created
+            # below, not mourned with a gang restart.
+            present = {name_of(p) for p in self.o.pods}
+            members = [m for m in members if m in present]
         started = self.prior_phase in STARTED_PHASES
         verdict = judge(gang_failures(self.o.pods, self.restarts, members, started), run_policy)
         if verdict is not None:
@@ -201,6 +215,25 @@ class _Planner:
         self.gang = []
         self.requeue.append(self.settings.resync_seconds)
         return self._render()
+
+    def _refused(self, error: CreateError) -> Plan:
+        """The API server refused a child for good: the spec cannot run. Every pod of the
+        gang goes, including those this pass created (they are not in `observed` yet)."""
+        plan = self._fail(REASON_INVALID_SPEC, error.describe())
+        members = [
+            m["metadata"]["name"] for m in build_pods(self.job, self.restarts, self.settings)
+        ]
+        plan.delete_pods = sorted(set(plan.delete_pods) | set(members))
+        return plan
+
+    def _say_create_retry(self, error: CreateError) -> None:
+        """A transient refusal: the job keeps its phase and says why it is not running;
+        the executor retries with backoff. One event per new reason, not one per pass."""
+        message = error.describe()
+        prior = self._prior_condition(CONDITION_RUNNING)
+        self._condition(CONDITION_RUNNING, False, REASON_CREATE_FAILED, message)
+        if prior.get("reason") != REASON_CREATE_FAILED:
+            self._event(EVENT_WARNING, REASON_CREATE_FAILED, message)
 
     def _release_unready(self, ready: int, total: int) -> Plan:
         """Pods-ready timeout: give the GPUs back and queue again (with backoff)."""
@@ -439,6 +472,9 @@ class _Planner:
             self.requeue.append(float(policy.ttlSecondsAfterFinished))
 
     def _render(self) -> Plan:
+        error = self.o.create_error
+        if error is not None and not error.permanent and self.phase == JobPhase.STARTING:
+            self._say_create_retry(error)
         status = compute_status(
             self.prior,
             self.spec,

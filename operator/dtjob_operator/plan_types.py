@@ -10,6 +10,7 @@ from typing import Any
 
 from dtjob_operator.builders import Manifest
 from dtjob_operator.constants import REASON_WAITING_FOR_ADMISSION
+from dtjob_operator.policies.create_errors import CreateError
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,6 +38,9 @@ class Observed:
     """The job's position in its namespace's admission queue while it waits."""
     preempted: str | None = None
     """Set by the admission to suspend this job for a higher-priority one: the message."""
+    create_error: CreateError | None = None
+    """The API server refused a create of this pass's plan: the executor plans again with
+    it, and the planner fails the job (permanent) or says why it waits (transient)."""
 
 
 @dataclass(frozen=True)

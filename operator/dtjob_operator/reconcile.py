@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -34,6 +35,7 @@ from dtjob_operator.constants import (
 from dtjob_operator.k8s import KubeApi, Obj
 from dtjob_operator.metrics import OperatorMetrics
 from dtjob_operator.naming import progress_config_map_name
+from dtjob_operator.policies.create_errors import CreateError, create_error_of
 from dtjob_operator.policies.times import parse_time
 from dtjob_operator.settings import OperatorSettings
 from dtjob_operator.workqueue import WorkQueue
@@ -49,6 +51,8 @@ NOT_LEADER_RETRY = 2.0
 # so a broken job is retried every few minutes rather than hammering the API server.
 ERROR_BACKOFF_BASE = 0.5
 ERROR_BACKOFF_MAX = 300.0
+# First retry of a create the API server refused for a reason that may clear (quota, 5xx).
+CREATE_RETRY_BASE = 1.0
 
 
 def owned_by(obj: Obj, uid: str) -> bool:
@@ -120,6 +124,7 @@ class Reconciler:
         # successful create-or-exists we stop re-creating them on every pass.
         self._ensured: dict[str, set[tuple[str, str]]] = {}
         self._failures: dict[JobKey, int] = {}
+        self._create_failures: dict[str, int] = {}  # by job UID: refused creates in a row
         self._threads: list[threading.Thread] = []
         # Shared by all reconcile workers for the per-pod API calls of one gang.
         self._pool = ThreadPoolExecutor(max_workers=settings.api_concurrency)
@@ -238,17 +243,16 @@ class Reconciler:
         )
         plan = lifecycle.plan(observed, self.settings)
 
-        # The other children first and in order (pods mount the ConfigMap, run as the
-        # ServiceAccount); then the gang's pods concurrently, since a large gang created one
-        # POST at a time takes seconds to start.
-        pods_to_create = [obj for obj in plan.create if obj["kind"] == "Pod"]
-        for obj in plan.create:
-            if obj["kind"] != "Pod":
-                self.api.create(obj)
-                if obj["kind"] != "ConfigMap":
-                    self._ensured.setdefault(uid, set()).add((obj["kind"], obj["metadata"]["name"]))
-        created = sum(self._pool.map(self.api.create, pods_to_create))
-        self.metrics.pods_created.inc(created)
+        refused = self._create_children(plan, uid)
+        retry_after: float | None = None
+        if refused is not None:
+            # The planner decides what a refusal means for the job (Failed/InvalidSpec, or
+            # a condition while we retry); its creates were just tried, so none are redone.
+            plan = lifecycle.plan(replace(observed, create_error=refused), self.settings)
+            if not refused.permanent:
+                retry_after = self._create_backoff(uid)
+        else:
+            self._create_failures.pop(uid, None)
         list(self._pool.map(lambda pod: self.api.delete_pod(namespace, pod), plan.delete_pods))
         if plan.delete_job:
             self.api.delete_job(namespace, name)
@@ -264,7 +268,47 @@ class Reconciler:
         for event in plan.events:
             self.api.emit_event(job, event.type, event.reason, event.message)
         self.metrics.observe_phase(key, plan.status.get("phase"))
+        if retry_after is not None:
+            return retry_after
         return plan.requeue_after
+
+    def _create_children(self, plan: lifecycle.Plan, uid: str) -> CreateError | None:
+        """Create the plan's children; the API server's refusal, if any (a permanent one
+        in preference, since it decides the job's fate)."""
+        # The other children first and in order (pods mount the ConfigMap, run as the
+        # ServiceAccount); then the gang's pods concurrently, since a large gang created one
+        # POST at a time takes seconds to start.
+        for obj in plan.create:
+            if obj["kind"] == "Pod":
+                continue
+            created, error = self._try_create(obj)
+            if error is not None:
+                return error
+            if obj["kind"] != "ConfigMap":
+                self._ensured.setdefault(uid, set()).add((obj["kind"], obj["metadata"]["name"]))
+        pods_to_create = [obj for obj in plan.create if obj["kind"] == "Pod"]
+        results = list(self._pool.map(self._try_create, pods_to_create))
+        self.metrics.pods_created.inc(sum(created for created, _ in results))
+        errors = [error for _, error in results if error is not None]
+        errors.sort(key=lambda e: not e.permanent)
+        return errors[0] if errors else None
+
+    def _try_create(self, obj: Obj) -> tuple[bool, CreateError | None]:
+        """(created, refusal): an API error becomes a CreateError for the planner; other
+        errors (the network, a bug) still end the pass and retry it with backoff."""
+        try:
+            return self.api.create(obj), None
+        except ApiException as exc:
+            if exc.status is None:
+                raise
+            name = obj["metadata"]["name"]
+            log.info("creating %s %s refused: %s %s", obj["kind"], name, exc.status, exc.reason)
+            return False, create_error_of(obj["kind"], name, exc.status, exc.reason, exc.body)
+
+    def _create_backoff(self, uid: str) -> float:
+        n = self._create_failures.get(uid, 0)
+        self._create_failures[uid] = n + 1
+        return float(min(ERROR_BACKOFF_MAX, CREATE_RETRY_BASE * 2**n))
 
     def _after_admission_step(
         self, job: Obj, old: dict[str, Any], new: dict[str, Any], deleted_pods: bool
@@ -301,5 +345,6 @@ class Reconciler:
         self._failures.pop(key, None)
         if job is not None:
             self._ensured.pop(job["metadata"]["uid"], None)
+            self._create_failures.pop(job["metadata"]["uid"], None)
             self.book.forget(job["metadata"]["uid"])
         self.request_admission()  # its pods and reservation free room

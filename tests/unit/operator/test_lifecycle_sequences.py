@@ -196,3 +196,48 @@ def test_never_stuck_in_restarting() -> None:
                 observed,
                 now,
             )
+
+
+# --- the API server refuses a create (Observed.create_error) --------------------------------
+
+
+def _refused(job, code: int, message: str, *observed, now: float = 1):  # type: ignore[no-untyped-def]
+    from dtjob_operator.lifecycle import Observed, plan
+    from dtjob_operator.policies.create_errors import CreateError
+    from unit.operator.builders import at, pods
+    from unit.operator.planning import SETTINGS, SUPPORT
+
+    error = CreateError("Pod", "j-worker-1", code, "X", message)
+    return plan(
+        Observed(
+            job=job.obj(), pods=pods(*observed), children=SUPPORT, now=at(now), create_error=error
+        ),
+        SETTINGS,
+    )
+
+
+def test_permanent_refusal_fails_the_job_and_deletes_the_whole_gang() -> None:
+    p = _refused(DDP, 422, 'Pod "j-worker-1" is invalid: spec.containers[0].image: Required value')
+    assert p.status["phase"] == "Failed"
+    failed = condition(p, "Failed")
+    assert failed["reason"] == "InvalidSpec"
+    assert "spec.containers[0].image" in failed["message"] and "j-worker-1" in failed["message"]
+    # j-worker-0 may have been created in the same pass: it is not observed, still deleted.
+    assert p.delete_pods == ["j-worker-0", "j-worker-1"]
+    assert [e.reason for e in p.events] == ["InvalidSpec"]
+
+
+def test_transient_refusal_keeps_the_phase_and_says_why_once() -> None:
+    message = 'pods "j-worker-1" is forbidden: exceeded quota: gpus'
+    first = _refused(DDP, 403, message)
+    assert first.status["phase"] == "Starting"
+    running = condition(first, "Running")
+    assert running["reason"] == "CreateFailed" and "exceeded quota" in running["message"]
+    assert "CreateFailed" in [e.reason for e in first.events]
+    # The next pass meets the same refusal: same condition, no second event.
+    again = _refused(DDP.copy().with_full_status(first.status), 403, message, w(0), now=3)
+    assert condition(again, "Running")["reason"] == "CreateFailed"
+    assert "CreateFailed" not in [e.reason for e in again.events]
+    # Once the create goes through, the condition says how many pods are ready again.
+    ok = run(DDP.copy().with_full_status(again.status), w(0), w(1), now=5)
+    assert condition(ok, "Running")["reason"] == "PodsNotReady"
