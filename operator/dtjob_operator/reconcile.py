@@ -281,7 +281,7 @@ class Reconciler:
         for obj in plan.create:
             if obj["kind"] == "Pod":
                 continue
-            created, error = self._try_create(obj)
+            _, error = self._try_create(obj)
             if error is not None:
                 return error
             if obj["kind"] != "ConfigMap":

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from helpers.jobs import JobBuilder, create_job, status, wait_phase
+from helpers.jobs import JobBuilder, create_job, wait_phase
 from helpers.kube import events_for, unique, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator")]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from unit.operator.builders import a_job, at, iso, pods
+from unit.operator.builders import JobBuilder, PodBuilder, a_job, at, iso, pods
 from unit.operator.planning import (
     DDP,
     GANG_0,
@@ -22,7 +22,8 @@ from unit.operator.planning import (
     w,
 )
 
-from dtjob_operator.lifecycle import Observed, plan
+from dtjob_operator.lifecycle import Observed, Plan, plan
+from dtjob_operator.policies.create_errors import CreateError
 
 
 def env_of(manifest: dict[str, Any]) -> dict[str, str]:
@@ -201,12 +202,9 @@ def test_never_stuck_in_restarting() -> None:
 # --- the API server refuses a create (Observed.create_error) --------------------------------
 
 
-def _refused(job, code: int, message: str, *observed, now: float = 1):  # type: ignore[no-untyped-def]
-    from dtjob_operator.lifecycle import Observed, plan
-    from dtjob_operator.policies.create_errors import CreateError
-    from unit.operator.builders import at, pods
-    from unit.operator.planning import SETTINGS, SUPPORT
-
+def _refused(
+    job: JobBuilder, code: int, message: str, *observed: PodBuilder, now: float = 1
+) -> Plan:
     error = CreateError("Pod", "j-worker-1", code, "X", message)
     return plan(
         Observed(
