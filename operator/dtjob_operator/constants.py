@@ -12,7 +12,7 @@ status flips.
 - Running: True when every pod of the current gang is Running and Ready (PodsReady);
   False with PodsNotReady while starting, or with the reason of whatever stopped the gang.
 - Restarting: True while a gang restart is under way: old pods going, backoff, new gang not
-  yet ready (PodFailedRetryable, Preempted, RendezvousTimeout, PeerLost).
+  yet ready (PodFailedRetryable, Preempted, RendezvousTimeout, PeerLost, Disrupted).
 - Suspended: True while spec.suspend holds the job without pods (Suspended / Resumed).
 - Succeeded: terminal success (AllWorkersSucceeded, AllStagesSucceeded).
 - Failed: terminal failure (InvalidSpec, PodFailedPermanent, BackoffLimitExceeded,
@@ -76,6 +76,10 @@ REASON_POD_FAILED_PERMANENT: Final = "PodFailedPermanent"
 REASON_PREEMPTED: Final = "Preempted"
 REASON_RENDEZVOUS_TIMEOUT: Final = "RendezvousTimeout"  # exit 200
 REASON_PEER_LOST: Final = "PeerLost"  # exit 201
+# A gang member was disrupted (DisruptionTarget: eviction, preemption, drain, taint
+# manager, pod GC) or lost with its node: the gang restarts without counting against
+# backoffLimit.
+REASON_DISRUPTED: Final = "Disrupted"
 REASON_BACKOFF_LIMIT_EXCEEDED: Final = "BackoffLimitExceeded"
 REASON_DEADLINE_EXCEEDED: Final = "DeadlineExceeded"
 REASON_SUSPENDED: Final = "Suspended"

@@ -83,15 +83,18 @@ from dtjob_operator.policies.backoff import restart_delay, restart_not_before
 from dtjob_operator.policies.clean_pod_policy import pods_to_clean
 from dtjob_operator.policies.create_errors import CreateError
 from dtjob_operator.policies.deadline import deadline_exceeded, deadline_of
-from dtjob_operator.policies.failure_policy import FailureVerdict, gang_failures, judge
+from dtjob_operator.policies.failure_policy import gang_failures
 from dtjob_operator.policies.finished import finished_actions, lenient_run_policy, unfinished
+from dtjob_operator.policies.pod_failure_policy import GangVerdict, judge_gang
 from dtjob_operator.policies.pods import (
     Pod,
     gang_of,
     is_finished,
     is_ready,
+    is_terminating,
     live_names,
     name_of,
+    node_of,
     stale_pods,
 )
 from dtjob_operator.policies.success_policy import SuccessVerdict, judge_success
@@ -122,6 +125,9 @@ class _Planner:
         self.prior_phase = _phase(self.prior.get("phase"))
         self.phase = self.prior_phase
         self.restarts = int(self.prior.get("restarts") or 0)
+        # A status written before countedRestarts existed counted every restart.
+        counted = self.prior.get("countedRestarts")
+        self.counted_restarts = int(counted) if counted is not None else self.restarts
         self.start_time = parse_time(self.prior.get("startTime"))
         self.completion_time = parse_time(self.prior.get("completionTime"))
         self.last_restart_time = parse_time(self.prior.get("lastRestartTime"))
@@ -177,7 +183,12 @@ class _Planner:
             present = {name_of(p) for p in self.o.pods}
             members = [m for m in members if m in present]
         started = self.prior_phase in STARTED_PHASES
-        verdict = judge(gang_failures(self.o.pods, self.restarts, members, started), run_policy)
+        verdict = judge_gang(
+            gang_failures(self.o.pods, self.restarts, members, started),
+            self.o.pods,
+            run_policy,
+            self._lost_with_node(),
+        )
         if verdict is not None:
             return self._on_failure(verdict, run_policy)
         success = judge_success(self.spec, self.gang)
@@ -273,22 +284,29 @@ class _Planner:
         known = [c for c in created if c is not None]
         return min(known) + timedelta(seconds=timeout) if known else None
 
-    def _on_failure(self, verdict: FailureVerdict, policy: RunPolicy) -> Plan:
+    def _on_failure(self, gang: GangVerdict, policy: RunPolicy) -> Plan:
+        verdict = gang.verdict
         if not verdict.retryable:
             return self._fail(REASON_POD_FAILED_PERMANENT, verdict.message)
-        if self.restarts >= policy.backoffLimit:
+        if gang.counted and self.counted_restarts >= policy.backoffLimit:
             return self._fail(
                 REASON_BACKOFF_LIMIT_EXCEEDED,
-                f"the gang failed again after {self.restarts} restarts "
+                f"the gang failed again after {self.counted_restarts} restarts "
                 f"(backoffLimit {policy.backoffLimit}): {verdict.message}",
             )
         self.restarts += 1
+        if gang.counted:
+            self.counted_restarts += 1
         self.last_restart_time = self.now
         delay = restart_delay(self.restarts, policy)
-        message = (
-            f"gang restart {self.restarts} of at most {policy.backoffLimit} in {delay}s, "
-            f"from the last checkpoint: {verdict.message}"
-        )
+        if gang.counted:
+            which = f"{self.counted_restarts} of at most {policy.backoffLimit}"
+        else:
+            which = (
+                f"{self.restarts} (not counted: {self.counted_restarts} of at most "
+                f"{policy.backoffLimit} so far)"
+            )
+        message = f"gang restart {which} in {delay}s, from the last checkpoint: {verdict.message}"
         self.phase = JobPhase.RESTARTING
         self._condition(CONDITION_RESTARTING, True, verdict.reason, message)
         self._condition(CONDITION_RUNNING, False, verdict.reason, message)
@@ -426,6 +444,26 @@ class _Planner:
             if m["metadata"]["name"] not in existing
         ]
 
+    def _lost_with_node(self) -> set[str]:
+        """Pods whose node is NotReady, Unknown, gone or out of service."""
+        return {name_of(p) for p in self.o.pods if node_of(p) in self.o.lost_nodes}
+
+    def _force_deletes(self) -> list[str]:
+        """Pods that cannot go away by themselves: terminating on a lost node (no kubelet
+        confirms their end) past their grace period and a margin. Force-deleting them lets
+        a restarted gang reuse their names (and DNS hostnames) instead of waiting forever."""
+        margin = timedelta(seconds=self.settings.force_delete_margin_seconds)
+        result = []
+        for pod in self.o.pods:
+            if not is_terminating(pod) or node_of(pod) not in self.o.lost_nodes:
+                continue
+            due = parse_time(pod["metadata"].get("deletionTimestamp"))
+            if due is None or self.now >= due + margin:
+                result.append(name_of(pod))
+            else:
+                self.requeue.append(seconds_until(due + margin, self.now))
+        return sorted(result)
+
     def _gang_size(self) -> int:
         assert self.spec is not None
         return rank_layout(self.spec).nnodes
@@ -472,6 +510,7 @@ class _Planner:
             self.requeue.append(float(policy.ttlSecondsAfterFinished))
 
     def _render(self) -> Plan:
+        force = self._force_deletes()
         error = self.o.create_error
         if error is not None and not error.permanent and self.phase == JobPhase.STARTING:
             self._say_create_retry(error)
@@ -482,6 +521,7 @@ class _Planner:
                 phase=self.phase,
                 conditions=self.conditions,
                 restarts=self.restarts,
+                counted_restarts=self.counted_restarts,
                 start_time=self.start_time,
                 completion_time=self.completion_time,
                 last_restart_time=self.last_restart_time,
@@ -499,6 +539,7 @@ class _Planner:
             status=status,
             create=self.create,
             delete_pods=sorted(self.delete),
+            force_delete_pods=force,
             events=self.events,
             requeue_after=min(self.requeue) if self.requeue else None,
         )

@@ -38,6 +38,9 @@ class Observed:
     """The job's position in its namespace's admission queue while it waits."""
     preempted: str | None = None
     """Set by the admission to suspend this job for a higher-priority one: the message."""
+    lost_nodes: Set[str] = frozenset()
+    """Names of the nodes the job's pods are on that are NotReady, Unknown, gone, or tainted
+    node.kubernetes.io/out-of-service: no kubelet there will confirm a pod's end."""
     create_error: CreateError | None = None
     """The API server refused a create of this pass's plan: the executor plans again with
     it, and the planner fails the job (permanent) or says why it waits (transient)."""
@@ -64,6 +67,8 @@ class Plan:
     """Manifests of missing children, in creation order; creating one that exists is a no-op."""
     delete_pods: list[str] = field(default_factory=list)
     """Names of pods to delete."""
+    force_delete_pods: list[str] = field(default_factory=list)
+    """Names of pods to delete with grace period 0 (terminating on a lost node)."""
     delete_job: bool = False
     """The finished job's TTL has passed: delete it (its children go with it)."""
     events: list[Event] = field(default_factory=list)

@@ -36,6 +36,8 @@ from dtjob_operator.k8s import KubeApi, Obj
 from dtjob_operator.metrics import OperatorMetrics
 from dtjob_operator.naming import progress_config_map_name
 from dtjob_operator.policies.create_errors import CreateError, create_error_of
+from dtjob_operator.policies.nodes import lost_nodes
+from dtjob_operator.policies.pods import is_terminating, node_of
 from dtjob_operator.policies.times import parse_time
 from dtjob_operator.settings import OperatorSettings
 from dtjob_operator.workqueue import WorkQueue
@@ -236,6 +238,7 @@ class Reconciler:
         observed = lifecycle.Observed(
             job=job,
             pods=pods,
+            lost_nodes=self._lost_nodes(pods),
             children=existing,
             progress=read_progress(name, config_maps),
             now=datetime.now(UTC),
@@ -254,6 +257,9 @@ class Reconciler:
         else:
             self._create_failures.pop(uid, None)
         list(self._pool.map(lambda pod: self.api.delete_pod(namespace, pod), plan.delete_pods))
+        for pod in plan.force_delete_pods:
+            log.info("force-deleting pod %s/%s: terminating on a lost node", namespace, pod)
+            self.api.delete_pod(namespace, pod, grace_seconds=0)
         if plan.delete_job:
             self.api.delete_job(namespace, name)
             self._forget(key, job)
@@ -271,6 +277,12 @@ class Reconciler:
         if retry_after is not None:
             return retry_after
         return plan.requeue_after
+
+    def _lost_nodes(self, pods: list[Obj]) -> frozenset[str]:
+        """Lost nodes among those of the job's terminating pods: only a pod on its way out
+        needs its node's word, so a healthy pass lists no nodes."""
+        wanted = {node for p in pods if is_terminating(p) and (node := node_of(p))}
+        return lost_nodes(wanted, self.api.list_nodes()) if wanted else frozenset()
 
     def _create_children(self, plan: lifecycle.Plan, uid: str) -> CreateError | None:
         """Create the plan's children; the API server's refusal, if any (a permanent one

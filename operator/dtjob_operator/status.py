@@ -43,6 +43,7 @@ class StatusDecision:
     phase: JobPhase
     conditions: Sequence[ConditionUpdate] = ()
     restarts: int = 0
+    counted_restarts: int = 0
     start_time: datetime | None = None
     completion_time: datetime | None = None
     last_restart_time: datetime | None = None
@@ -140,6 +141,7 @@ def compute_status(
             "replicaStatuses": replicas,
             "ready": ready_column(replicas) if replicas else None,
             "restarts": decision.restarts,
+            "countedRestarts": decision.counted_restarts,
             "startTime": _time(decision.start_time),
             "completionTime": _time(decision.completion_time),
             "lastRestartTime": _time(decision.last_restart_time),

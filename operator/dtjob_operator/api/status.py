@@ -105,7 +105,10 @@ class DistributedTrainingJobStatus(ApiModel):
     ready: str | None = None
     """Ready pods over total pods (the READY column)."""
     restarts: int = 0
-    """Gang restarts so far."""
+    """Gang restarts so far, whatever their cause."""
+    countedRestarts: int | None = None
+    """The gang restarts charged against runPolicy.backoffLimit: restarts less those after
+    a disruption (eviction, preemption, drain, a lost node) or an Ignore rule."""
     startTime: str | None = None
     """When the job's pods were first created."""
     completionTime: str | None = None

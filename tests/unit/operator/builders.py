@@ -194,6 +194,17 @@ class PodBuilder:
         self._status.update({"phase": "Failed", "reason": "Evicted", "message": message})
         return self
 
+    def disrupted(self, reason: str = "EvictionByEvictionAPI") -> PodBuilder:
+        """Carries DisruptionTarget=True, as the Eviction API, preemption or the taint
+        manager leave it before deleting the pod."""
+        conditions = self._status.setdefault("conditions", [])
+        conditions.append({"type": "DisruptionTarget", "status": "True", "reason": reason})
+        return self
+
+    def on_node(self, node: str) -> PodBuilder:
+        self._pod.setdefault("spec", {})["nodeName"] = node
+        return self
+
     def terminating(self, since: float = 0) -> PodBuilder:
         self._pod["metadata"]["deletionTimestamp"] = iso(since)
         return self

@@ -239,3 +239,75 @@ def test_transient_refusal_keeps_the_phase_and_says_why_once() -> None:
     # Once the create goes through, the condition says how many pods are ready again.
     ok = run(DDP.copy().with_full_status(again.status), w(0), w(1), now=5)
     assert condition(ok, "Running")["reason"] == "PodsNotReady"
+
+
+# --- disruptions and lost nodes ----------------------------------------------------------------
+
+
+def test_eviction_restarts_the_gang_without_consuming_backoff_limit_0() -> None:
+    job = DDP.copy().with_run_policy(backoffLimit=0, backoffSeconds=1)
+    running = after(after(job), ready(0), ready(1), now=1)
+    p = run(running, ready(0), ready(1).disrupted().terminating(10), now=2)
+    assert p.status["phase"] == "Restarting"
+    assert (p.status["restarts"], p.status["countedRestarts"]) == (1, 0)
+    assert condition(p, "Restarting")["reason"] == "Disrupted"
+    assert "Disrupted" in [e.reason for e in p.events]
+    # A second eviction is not counted either; a real failure then is the first counted one.
+    again = after(
+        after(job.copy().with_full_status(p.status), now=5), ready(0, 1), ready(1, 1), now=6
+    )
+    p = run(again, ready(0, 1).disrupted().terminating(10), ready(1, 1), now=7)
+    assert (p.status["phase"], p.status["restarts"], p.status["countedRestarts"]) == (
+        "Restarting",
+        2,
+        0,
+    )
+    again = after(
+        after(job.copy().with_full_status(p.status), now=20), ready(0, 2), ready(1, 2), now=21
+    )
+    p = run(again, ready(0, 2), w(1, 2).failed(137, finished_at=22), now=22)
+    assert p.status["phase"] == "Failed"
+    assert condition(p, "Failed")["reason"] == "BackoffLimitExceeded"
+
+
+def test_a_status_without_counted_restarts_counts_every_restart() -> None:
+    job = DDP.copy().with_run_policy(backoffLimit=1, backoffSeconds=1)
+    running = after(after(job), ready(0), ready(1), now=1)
+    status = dict(running.obj()["status"], restarts=1)
+    status.pop("countedRestarts", None)
+    p = run(job.copy().with_full_status(status), ready(0, 1), w(1, 1).failed(137), now=2)
+    assert condition(p, "Failed")["reason"] == "BackoffLimitExceeded"
+
+
+def _with_lost(job: JobBuilder, lost: set[str], *observed: PodBuilder, now: float) -> Plan:
+    return plan(
+        Observed(
+            job=job.obj(), pods=pods(*observed), children=SUPPORT, now=at(now), lost_nodes=lost
+        ),
+        SETTINGS,
+    )
+
+
+def test_pod_stuck_terminating_on_a_lost_node_is_force_deleted_after_grace_and_margin() -> None:
+    margin = SETTINGS.force_delete_margin_seconds
+    stuck = w(1).running().terminating(since=10).on_node("dead")
+    # Restarting: the survivor is deleted normally; the stuck one waits for grace + margin.
+    p = _with_lost(
+        RESTARTING, {"dead"}, w(0).running().terminating(20).on_node("ok"), stuck, now=21
+    )
+    assert p.force_delete_pods == []
+    assert p.requeue_after is not None and p.requeue_after <= 10 + margin - 21 + 0.001
+    p = _with_lost(RESTARTING, {"dead"}, stuck, now=10 + margin)
+    assert p.force_delete_pods == ["j-worker-1"]
+    # The same pod on a healthy node is left to its kubelet.
+    p = _with_lost(RESTARTING, set(), w(1).running().terminating(10).on_node("ok"), now=10 + margin)
+    assert p.force_delete_pods == []
+
+
+def test_member_lost_with_its_node_restarts_without_counting() -> None:
+    p = _with_lost(
+        RUNNING, {"dead"}, ready(0).on_node("ok"), ready(1).terminating(30).on_node("dead"), now=31
+    )
+    assert p.status["phase"] == "Restarting"
+    assert condition(p, "Restarting")["reason"] == "Disrupted"
+    assert p.status["countedRestarts"] == 0
