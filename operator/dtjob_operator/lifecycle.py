@@ -303,8 +303,8 @@ class _Planner:
             which = f"{self.counted_restarts} of at most {policy.backoffLimit}"
         else:
             which = (
-                f"{self.restarts} (not counted: {self.counted_restarts} of at most "
-                f"{policy.backoffLimit} so far)"
+                f"{self.restarts} (not charged to backoffLimit: {self.counted_restarts} of "
+                f"{policy.backoffLimit} used)"
             )
         message = f"gang restart {which} in {delay}s, from the last checkpoint: {verdict.message}"
         self.phase = JobPhase.RESTARTING

@@ -3,15 +3,25 @@ nodes. Each test prints how long the job took to reach its answer (`-s` shows it
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import pytest
+from kubernetes import client
 
-from helpers.jobs import JobBuilder, create_job, wait_phase
-from helpers.kube import events_for, unique, wait_for
+from helpers.jobs import JobBuilder, create_job, wait_phase, wait_pods_running
+from helpers.kube import (
+    events_for,
+    fake_gpu_node,
+    kill_kubelet,
+    node_ready,
+    unique,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator")]
 JOB_LABEL = "dtjob.io/job-name"
+DELETE_AFTER = "dtjob.io/kwok-delete-after"  # hack/kwok/pod-delete-slow.yaml
 
 
 def ddp_job(name: str, workers: int = 2, **policy: object) -> JobBuilder:
@@ -52,3 +62,92 @@ def test_pod_the_api_server_refuses_fails_the_job_naming_why(cluster, namespace)
     wait_for(lambda: not all_pods(cluster, namespace, name), timeout=30, what="no pods left")
     wait_for(lambda: events_for(cluster.core, namespace, name, "InvalidSpec"), what="an event")
     print(f"\nrefused pod -> Failed/InvalidSpec in {took:.1f}s: {failed['message']}")
+
+
+def fresh_gang_running(cluster, namespace: str, name: str, old_uids: set[str], count: int):  # type: ignore[no-untyped-def]
+    pods = cluster.core.list_namespaced_pod(namespace, label_selector=f"{JOB_LABEL}={name}").items
+    fresh = [p for p in pods if p.metadata.uid not in old_uids and p.status.phase == "Running"]
+    return fresh if len(fresh) == count and len(pods) == count else None
+
+
+def test_evicted_pod_restarts_the_gang_without_consuming_backoff_limit(cluster, namespace) -> None:
+    core = cluster.core
+    name = unique("evict")
+    create_job(cluster.api, namespace, ddp_job(name, backoffLimit=0).build())
+    before = wait_pods_running(core, namespace, name, 2)
+    victim = f"{name}-worker-1"
+    # A real kubelet takes a moment to stop a pod; meanwhile it carries DisruptionTarget.
+    core.patch_namespaced_pod(
+        victim, namespace, {"metadata": {"annotations": {DELETE_AFTER: "3s"}}}
+    )
+    started = time.monotonic()
+    core.create_namespaced_pod_eviction(
+        victim,
+        namespace,
+        client.V1Eviction(metadata=client.V1ObjectMeta(name=victim, namespace=namespace)),
+    )
+    old = {p.metadata.uid for p in before}
+    wait_for(
+        lambda: fresh_gang_running(cluster, namespace, name, old, 2),
+        timeout=60,
+        what="a fresh gang running",
+    )
+    st = wait_phase(cluster.api, namespace, name, "Running")
+    took = time.monotonic() - started
+    assert (st["restarts"], st["countedRestarts"]) == (1, 0)
+    # Running again, the Restarting condition is False (PodsReady); the event keeps why.
+    [event] = events_for(core, namespace, name, "Disrupted")
+    assert "EvictionByEvictionAPI" in event.message, event.message
+    print(f"\nevicted -> Running again in {took:.1f}s; event Disrupted: {event.message}")
+
+
+def test_pod_stuck_terminating_on_a_dead_node_does_not_freeze_the_job(cluster, namespace) -> None:
+    core = cluster.core
+    pool = unique("pool")
+    nodes = [f"{pool}-{i}" for i in range(3)]
+    for node in nodes:
+        core.create_node(fake_gpu_node(node, gpus=1, labels={"pool": pool}, taint=pool))
+    try:
+        for node in nodes:
+            wait_for(lambda node=node: node_ready(core, node), what=f"node {node} Ready")
+        template = {
+            "nodeSelector": {"pool": pool},
+            "tolerations": [{"key": pool, "operator": "Exists"}],
+        }
+        name = unique("deadnode")
+        job = (
+            JobBuilder(name).role("worker", 2, gpus=1, template=template).run_policy(backoffLimit=0)
+        )
+        create_job(cluster.api, namespace, job.build())
+        before = wait_pods_running(core, namespace, name, 2)
+        victim = before[1]
+        dead = victim.spec.node_name
+        started = time.monotonic()
+        kill_kubelet(cluster.api, dead)
+        wait_for(lambda: node_ready(core, dead) is not True, timeout=120, what=f"{dead} not Ready")
+        unknown_after = time.monotonic() - started
+        # Deleted (by a user, a drain, or the taint manager once its toleration ends): no
+        # kubelet confirms, so the pod would stay Terminating for ever.
+        core.delete_namespaced_pod(victim.metadata.name, namespace, grace_period_seconds=5)
+        deleted_at = time.monotonic()
+        old = {p.metadata.uid for p in before}
+        fresh = wait_for(
+            lambda: fresh_gang_running(cluster, namespace, name, old, 2),
+            timeout=120,
+            what="a fresh gang running on the live nodes",
+        )
+        assert dead not in {p.spec.node_name for p in fresh}
+        st = wait_phase(cluster.api, namespace, name, "Running")
+        took = time.monotonic() - deleted_at
+        assert (st["restarts"], st["countedRestarts"]) == (1, 0)
+        [event] = events_for(core, namespace, name, "Disrupted")
+        assert "node lost" in event.message, event.message
+        print(
+            f"\ndead node: NotReady/Unknown {unknown_after:.0f}s after the kubelet died; "
+            f"pod deleted -> Running again on other nodes in {took:.1f}s "
+            f"(grace 5s + force-delete margin); restarts {st['restarts']}, counted 0"
+        )
+    finally:
+        for node in nodes:
+            with contextlib.suppress(client.ApiException):
+                core.delete_node(node)
