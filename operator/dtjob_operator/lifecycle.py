@@ -99,6 +99,7 @@ from dtjob_operator.policies.pods import (
 )
 from dtjob_operator.policies.success_policy import SuccessVerdict, judge_success
 from dtjob_operator.policies.times import format_time, parse_time, seconds_until
+from dtjob_operator.policies.waiting import why_not_running
 from dtjob_operator.settings import OperatorSettings
 from dtjob_operator.status import ConditionUpdate, StatusDecision, compute_status, progress_of
 
@@ -246,14 +247,38 @@ class _Planner:
         if prior.get("reason") != REASON_CREATE_FAILED:
             self._event(EVENT_WARNING, REASON_CREATE_FAILED, message)
 
+    def _say_why_not_ready(self, ready: int, total: int) -> None:
+        """Running=False with the first pod's own reason (ImagePullBackOff, Unschedulable,
+        ...) when one says; an event when that reason changes, not on every pass."""
+        message = f"{ready}/{total} pods ready"
+        waiting = why_not_running(self.gang)
+        if waiting is None:
+            self._condition(CONDITION_RUNNING, False, REASON_PODS_NOT_READY, message)
+            return
+        message += f": {waiting.message}"
+        if self._prior_condition(CONDITION_RUNNING).get("reason") != waiting.reason:
+            self._event(EVENT_WARNING, waiting.reason, message)
+        self._condition(CONDITION_RUNNING, False, waiting.reason, message)
+
     def _release_unready(self, ready: int, total: int) -> Plan:
-        """Pods-ready timeout: give the GPUs back and queue again (with backoff)."""
+        """Pods-ready timeout: give the GPUs back and queue again (with backoff), at most
+        runPolicy.admissionRetryLimit times; then the job fails with the pods' reason."""
         timeout = self.settings.pods_ready_timeout_seconds
         requeues = int(self.admission.get("requeues") or 0) + 1
+        waiting = why_not_running(self.gang)
+        why = f": {waiting.message}" if waiting else ""
+        limit = self._run_policy().admissionRetryLimit
+        if requeues > limit:
+            return self._fail(
+                waiting.reason if waiting else REASON_PODS_READY_TIMEOUT,
+                f"only {ready}/{total} pods were ready {timeout:.0f}s after the gang was "
+                f"created, after {limit} re-queues (runPolicy.admissionRetryLimit){why}",
+            )
         self.admission.update(requeues=requeues, lastRequeueTime=format_time(self.now))
         message = (
             f"only {ready}/{total} pods were ready {timeout:.0f}s after the gang was created: "
-            f"its pods are released and the job is re-queued (re-queue {requeues})"
+            f"its pods are released and the job is re-queued (re-queue {requeues} of at most "
+            f"{limit}){why}"
         )
         self.delete.update(live_names(self.o.pods))
         self.phase = JobPhase.QUEUED
@@ -361,8 +386,7 @@ class _Planner:
             if deadline is not None:
                 self.requeue.append(seconds_until(deadline, self.now))
             self.phase = JobPhase.STARTING
-            message = f"{ready}/{total} pods ready"
-            self._condition(CONDITION_RUNNING, False, REASON_PODS_NOT_READY, message)
+            self._say_why_not_ready(ready, total)
         self._requeue_while_active()
         return self._render()
 

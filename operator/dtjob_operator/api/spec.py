@@ -436,6 +436,10 @@ class RunPolicy(ApiModel):
     """Seconds from start after which the job fails with reason DeadlineExceeded."""
     ttlSecondsAfterFinished: int | None = Field(default=None, ge=0)
     """Seconds after Succeeded or Failed after which the job (and its pods) are deleted."""
+    admissionRetryLimit: int = Field(default=3, ge=0, le=1000)
+    """Built-in admission: times a gang whose pods are not all ready within the operator's
+    pods-ready timeout is released and re-queued; one more timeout fails the job with the
+    reason its pods were not ready (e.g. ImagePullBackOff)."""
     cleanPodPolicy: CleanPodPolicy = CleanPodPolicy.RUNNING
     """When the job finishes: delete All pods, only Running ones (failed pods stay for their
     logs until the TTL), or None."""

@@ -102,6 +102,10 @@ class DistributedTrainingJobStatus(ApiModel):
     """Latest observations of the job's state."""
     replicaStatuses: dict[str, ReplicaStatus] = Field(default_factory=dict)
     """Pod counts per role."""
+    reason: str | None = None
+    """Why the job is not running, in one word (the REASON column): the reason of the
+    Running=False condition (ImagePullBackOff, Unschedulable, CreateFailed, Disrupted,
+    BackoffLimitExceeded, ...), else of Admitted=False (WaitingForAdmission, ...)."""
     ready: str | None = None
     """Ready pods over total pods (the READY column)."""
     restarts: int = 0

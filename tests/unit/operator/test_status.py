@@ -128,6 +128,7 @@ def test_compute_status_golden() -> None:
         "replicaStatuses": {
             "worker": {"total": 2, "active": 2, "ready": 1, "succeeded": 0, "failed": 0}
         },
+        "reason": "PodsNotReady",
         "ready": "1/2",
         "restarts": 1,
         "countedRestarts": 1,
