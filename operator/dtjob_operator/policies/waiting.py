@@ -74,11 +74,14 @@ def _container_problem(pod: Pod) -> Waiting | None:
 
 def _unschedulable(pod: Pod) -> Waiting | None:
     for c in (pod.get("status") or {}).get("conditions") or []:
-        if c.get("type") == "PodScheduled" and c.get("status") == "False":
-            if c.get("reason") == UNSCHEDULABLE:
-                detail = _short(str(c.get("message") or ""))
-                text = f"pod {name_of(pod)} cannot be scheduled"
-                return Waiting(UNSCHEDULABLE, f"{text}: {detail}" if detail else text)
+        if (
+            c.get("type") == "PodScheduled"
+            and c.get("status") == "False"
+            and c.get("reason") == UNSCHEDULABLE
+        ):
+            detail = _short(str(c.get("message") or ""))
+            text = f"pod {name_of(pod)} cannot be scheduled"
+            return Waiting(UNSCHEDULABLE, f"{text}: {detail}" if detail else text)
     return None
 
 
