@@ -90,6 +90,9 @@ REASON_INVALID_SPEC: Final = "InvalidSpec"
 # The API server refused to create a child for a reason that may clear (quota, throttling,
 # 5xx, a webhook timing out): the create is retried with backoff (Running=False).
 REASON_CREATE_FAILED: Final = "CreateFailed"
+# An object with a child's name exists and is not this job's (an earlier job's of the same
+# name, or nobody's): the job waits and does not use it (policies/ownership.py).
+REASON_CHILD_CONFLICT: Final = "ChildConflict"
 
 # --- event-only reasons --------------------------------------------------------------------
 EVENT_CREATED: Final = "Created"  # a gang's pods were created

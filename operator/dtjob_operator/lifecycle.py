@@ -65,6 +65,7 @@ from dtjob_operator.constants import (
     EVENT_WARNING,
     REASON_ADMITTED,
     REASON_BACKOFF_LIMIT_EXCEEDED,
+    REASON_CHILD_CONFLICT,
     REASON_CREATE_FAILED,
     REASON_DEADLINE_EXCEEDED,
     REASON_INVALID_SPEC,
@@ -81,7 +82,7 @@ from dtjob_operator.envcontract import rank_layout
 from dtjob_operator.plan_types import Event, Observed, Plan
 from dtjob_operator.policies.backoff import restart_delay, restart_not_before
 from dtjob_operator.policies.clean_pod_policy import pods_to_clean
-from dtjob_operator.policies.create_errors import CreateError
+from dtjob_operator.policies.create_errors import CONFLICT, CreateError
 from dtjob_operator.policies.deadline import deadline_exceeded, deadline_of
 from dtjob_operator.policies.failure_policy import gang_failures
 from dtjob_operator.policies.finished import finished_actions, lenient_run_policy, unfinished
@@ -107,6 +108,8 @@ __all__ = ["Event", "Observed", "Plan", "plan"]
 
 STARTED_PHASES = frozenset({JobPhase.STARTING, JobPhase.RUNNING})
 MAX_ERRORS_IN_MESSAGE = 5
+# Running=False reasons under which a missing member was never created (not lost).
+CREATE_WAITS = frozenset({REASON_CREATE_FAILED, REASON_CHILD_CONFLICT})
 
 
 def plan(observed: Observed, settings: OperatorSettings) -> Plan:
@@ -178,7 +181,7 @@ class _Planner:
                 f"the job ran longer than activeDeadlineSeconds ({seconds}s)",
             )
         members = [m["metadata"]["name"] for m in build_pods(job, self.restarts, self.settings)]
-        if self._prior_condition(CONDITION_RUNNING).get("reason") == REASON_CREATE_FAILED:
+        if self._prior_condition(CONDITION_RUNNING).get("reason") in CREATE_WAITS:
             # A member whose create was refused was never there to be lost: it is created
             # below, not mourned with a gang restart.
             present = {name_of(p) for p in self.o.pods}
@@ -242,10 +245,11 @@ class _Planner:
         """A transient refusal: the job keeps its phase and says why it is not running;
         the executor retries with backoff. One event per new reason, not one per pass."""
         message = error.describe()
+        reason = REASON_CHILD_CONFLICT if error.code == CONFLICT else REASON_CREATE_FAILED
         prior = self._prior_condition(CONDITION_RUNNING)
-        self._condition(CONDITION_RUNNING, False, REASON_CREATE_FAILED, message)
-        if prior.get("reason") != REASON_CREATE_FAILED:
-            self._event(EVENT_WARNING, REASON_CREATE_FAILED, message)
+        self._condition(CONDITION_RUNNING, False, reason, message)
+        if prior.get("reason") != reason or prior.get("message") != message:
+            self._event(EVENT_WARNING, reason, message)
 
     def _say_why_not_ready(self, ready: int, total: int) -> None:
         """Running=False with the first pod's own reason (ImagePullBackOff, Unschedulable,

@@ -37,6 +37,7 @@ from dtjob_operator.metrics import OperatorMetrics
 from dtjob_operator.naming import progress_config_map_name
 from dtjob_operator.policies.create_errors import CreateError, create_error_of
 from dtjob_operator.policies.nodes import lost_nodes
+from dtjob_operator.policies.ownership import ownership_conflict
 from dtjob_operator.policies.pods import is_terminating, node_of
 from dtjob_operator.policies.times import parse_time
 from dtjob_operator.settings import OperatorSettings
@@ -246,7 +247,7 @@ class Reconciler:
         )
         plan = lifecycle.plan(observed, self.settings)
 
-        refused = self._create_children(plan, uid)
+        refused = self._create_children(plan, job)
         retry_after: float | None = None
         if refused is not None:
             # The planner decides what a refusal means for the job (Failed/InvalidSpec, or
@@ -284,32 +285,42 @@ class Reconciler:
         wanted = {node for p in pods if is_terminating(p) and (node := node_of(p))}
         return lost_nodes(wanted, self.api.list_nodes()) if wanted else frozenset()
 
-    def _create_children(self, plan: lifecycle.Plan, uid: str) -> CreateError | None:
+    def _create_children(self, plan: lifecycle.Plan, job: Obj) -> CreateError | None:
         """Create the plan's children; the API server's refusal, if any (a permanent one
         in preference, since it decides the job's fate)."""
         # The other children first and in order (pods mount the ConfigMap, run as the
         # ServiceAccount); then the gang's pods concurrently, since a large gang created one
         # POST at a time takes seconds to start.
+        uid = job["metadata"]["uid"]
         for obj in plan.create:
             if obj["kind"] == "Pod":
                 continue
-            _, error = self._try_create(obj)
+            _, error = self._try_create(obj, job)
             if error is not None:
                 return error
             if obj["kind"] != "ConfigMap":
                 self._ensured.setdefault(uid, set()).add((obj["kind"], obj["metadata"]["name"]))
         pods_to_create = [obj for obj in plan.create if obj["kind"] == "Pod"]
-        results = list(self._pool.map(self._try_create, pods_to_create))
+        results = list(self._pool.map(lambda pod: self._try_create(pod, job), pods_to_create))
         self.metrics.pods_created.inc(sum(created for created, _ in results))
         errors = [error for _, error in results if error is not None]
         errors.sort(key=lambda e: not e.permanent)
         return errors[0] if errors else None
 
-    def _try_create(self, obj: Obj) -> tuple[bool, CreateError | None]:
+    def _try_create(self, obj: Obj, job: Obj) -> tuple[bool, CreateError | None]:
         """(created, refusal): an API error becomes a CreateError for the planner; other
-        errors (the network, a bug) still end the pass and retry it with backoff."""
+        errors (the network, a bug) still end the pass and retry it with backoff. An object
+        already there is used only if it is this job's (policies/ownership.py)."""
         try:
-            return self.api.create(obj), None
+            if self.api.create(obj):
+                return True, None
+            meta = obj["metadata"]
+            existing = self.api.read_child(obj["kind"], meta["namespace"], meta["name"])
+            job_meta = job["metadata"]
+            conflict = ownership_conflict(
+                existing, obj["kind"], meta["name"], job_meta["name"], job_meta["uid"]
+            )
+            return False, conflict
         except ApiException as exc:
             if exc.status is None:
                 raise

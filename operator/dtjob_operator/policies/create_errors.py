@@ -27,6 +27,7 @@ from dataclasses import dataclass
 # 403 messages that the same request will always meet again.
 PERMANENT_FORBIDDEN = ("violates PodSecurity", "no PriorityClass with name")
 PERMANENT_STATUS = frozenset({400, 422})
+CONFLICT = 409  # an object with the child's name exists: see policies/ownership.py
 MESSAGE_LIMIT = 600  # characters of the API server's message kept in a condition
 
 
@@ -51,6 +52,8 @@ class CreateError:
     def describe(self) -> str:
         """e.g. "the API server refused to create Pod j-worker-0 (422 Invalid): ..."."""
         message = self.message
+        if self.code == CONFLICT:
+            return message  # policies/ownership.py wrote the whole story
         if len(message) > MESSAGE_LIMIT:
             message = message[: MESSAGE_LIMIT - 3] + "..."
         what = f"the API server refused to create {self.kind} {self.name}"

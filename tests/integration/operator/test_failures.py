@@ -9,7 +9,7 @@ import time
 import pytest
 from kubernetes import client
 
-from helpers.jobs import JobBuilder, create_job, wait_phase, wait_pods_running
+from helpers.jobs import JobBuilder, create_job, status, wait_phase, wait_pods_running
 from helpers.kube import (
     events_for,
     fake_gpu_node,
@@ -151,3 +151,77 @@ def test_pod_stuck_terminating_on_a_dead_node_does_not_freeze_the_job(cluster, n
         for node in nodes:
             with contextlib.suppress(client.ApiException):
                 core.delete_node(node)
+
+
+def running_reason(cluster, namespace: str, name: str) -> dict[str, str] | None:  # type: ignore[no-untyped-def]
+    st = status(cluster.api, namespace, name)
+    running = next((c for c in st.get("conditions") or [] if c["type"] == "Running"), None)
+    return running if running and running.get("reason") == "ChildConflict" else None
+
+
+def test_preexisting_service_account_named_like_a_child_is_never_used(cluster, namespace) -> None:
+    core = cluster.core
+    name = unique("sa")
+    core.create_namespaced_service_account(namespace, {"metadata": {"name": f"{name}-trainer"}})
+    create_job(cluster.api, namespace, ddp_job(name).build())
+    running = wait_for(
+        lambda: running_reason(cluster, namespace, name), what="the ChildConflict condition"
+    )
+    assert f"ServiceAccount {name}-trainer" in running["message"]
+    assert "not owned by this job" in running["message"]
+    assert events_for(core, namespace, name, "ChildConflict")
+    time.sleep(2)
+    assert not all_pods(cluster, namespace, name)  # no pod runs as someone else's account
+    # Once the stranger is gone, the job makes its own and runs.
+    core.delete_namespaced_service_account(f"{name}-trainer", namespace)
+    wait_phase(cluster.api, namespace, name, "Running", timeout=60)
+    sa = core.read_namespaced_service_account(f"{name}-trainer", namespace)
+    assert sa.metadata.owner_references[0].name == name
+
+
+def test_delete_and_recreate_under_the_same_name_adopts_nothing_stale(cluster, namespace) -> None:
+    core, custom = cluster.core, client.CustomObjectsApi(cluster.api)
+    name = unique("again")
+    create_job(cluster.api, namespace, ddp_job(name).build())
+    wait_pods_running(core, namespace, name, 2)
+    old_uid = client.CustomObjectsApi(cluster.api).get_namespaced_custom_object(
+        "dtjob.io", "v1alpha1", namespace, "distributedtrainingjobs", name
+    )["metadata"]["uid"]
+    # Hold the old ServiceAccount so the garbage collector cannot remove it at once (the
+    # window that `kubectl delete -f x && kubectl apply -f x` races with).
+    hold = {"metadata": {"finalizers": ["dtjob.io/test-hold"]}}
+    core.patch_namespaced_service_account(f"{name}-trainer", namespace, hold)
+    custom.delete_namespaced_custom_object(
+        "dtjob.io", "v1alpha1", namespace, "distributedtrainingjobs", name
+    )
+    wait_for(
+        lambda: (
+            not any(
+                p.metadata.owner_references[0].uid == old_uid
+                for p in core.list_namespaced_pod(
+                    namespace, label_selector=f"{JOB_LABEL}={name}"
+                ).items
+            )
+        ),
+        what="the old job's pods collected",
+    )
+    create_job(cluster.api, namespace, ddp_job(name).build())
+    running = wait_for(
+        lambda: running_reason(cluster, namespace, name), what="the ChildConflict condition"
+    )
+    assert "earlier job named" in running["message"] and old_uid in running["message"]
+    assert not all_pods(cluster, namespace, name)
+    started = time.monotonic()
+    core.patch_namespaced_service_account(
+        f"{name}-trainer", namespace, {"metadata": {"finalizers": None}}
+    )
+    st = wait_phase(cluster.api, namespace, name, "Running", timeout=60)
+    new_uid = custom.get_namespaced_custom_object(
+        "dtjob.io", "v1alpha1", namespace, "distributedtrainingjobs", name
+    )["metadata"]["uid"]
+    sa = core.read_namespaced_service_account(f"{name}-trainer", namespace)
+    assert sa.metadata.owner_references[0].uid == new_uid
+    print(
+        f"\nre-created job: waited (ChildConflict) for the old ServiceAccount, Running "
+        f"{time.monotonic() - started:.1f}s after it could go; restarts {st.get('restarts')}"
+    )

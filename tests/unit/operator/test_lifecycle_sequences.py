@@ -311,3 +311,20 @@ def test_member_lost_with_its_node_restarts_without_counting() -> None:
     assert p.status["phase"] == "Restarting"
     assert condition(p, "Restarting")["reason"] == "Disrupted"
     assert p.status["countedRestarts"] == 0
+
+
+def test_child_conflict_waits_without_restarting_the_gang() -> None:
+    from dtjob_operator.policies.ownership import ownership_conflict
+
+    error = ownership_conflict(
+        {"metadata": {"ownerReferences": []}}, "ServiceAccount", "j-trainer", "j", "uid-j"
+    )
+    assert error is not None
+    first = plan(Observed(job=DDP.obj(), children=SUPPORT, now=at(1), create_error=error), SETTINGS)
+    running = condition(first, "Running")
+    assert running["reason"] == "ChildConflict" and "not owned by this job" in running["message"]
+    assert first.status["reason"] == "ChildConflict"
+    # Next pass: no pods exist, which is no lost member: the gang is created, not restarted.
+    p = run(DDP.copy().with_full_status(first.status), now=3)
+    assert p.status["phase"] == "Starting" and p.status["restarts"] == 0
+    assert created(p) == GANG_0
