@@ -247,6 +247,8 @@ class Reconciler:
         )
         plan = lifecycle.plan(observed, self.settings)
 
+        old_status = job.get("status") or {}
+        written = self._record_admission_first(namespace, name, old_status, plan)
         refused = self._create_children(plan, job)
         retry_after: float | None = None
         if refused is not None:
@@ -266,9 +268,8 @@ class Reconciler:
             self._forget(key, job)
             return None
 
-        old_status = job.get("status") or {}
-        if plan.status != old_status:
-            self.api.patch_status(namespace, name, status_patch(old_status, plan.status))
+        if plan.status != written:
+            self.api.patch_status(namespace, name, status_patch(written, plan.status))
             if plan.status.get("restarts", 0) > old_status.get("restarts", 0):
                 self.metrics.restarts.labels(namespace=namespace).inc()
         self._after_admission_step(job, old_status, plan.status, bool(plan.delete_pods))
@@ -278,6 +279,24 @@ class Reconciler:
         if retry_after is not None:
             return retry_after
         return plan.requeue_after
+
+    def _record_admission_first(
+        self, namespace: str, name: str, old: dict[str, Any], plan: lifecycle.Plan
+    ) -> dict[str, Any]:
+        """A pass that admits a job and creates its pods writes Admitted=True first (the
+        conditions only; the phase follows once the pods exist). An operator killed between
+        the two then restarts with a job its status calls admitted, which its AdmissionBook
+        re-derives, and creates the rest of the gang; never a Queued job holding a partial
+        gang. Returns the status as now stored."""
+        creates_pods = any(obj["kind"] == "Pod" for obj in plan.create)
+        if not creates_pods or _admitted(old) or not _admitted(plan.status):
+            return old
+        conditions = plan.status.get("conditions") or []
+        admitted = [c for c in conditions if c.get("type") == CONDITION_ADMITTED]
+        others = [c for c in old.get("conditions") or [] if c.get("type") != CONDITION_ADMITTED]
+        written = dict(old, conditions=others + admitted)
+        self.api.patch_status(namespace, name, {"conditions": written["conditions"]})
+        return written
 
     def _lost_nodes(self, pods: list[Obj]) -> frozenset[str]:
         """Lost nodes among those of the job's terminating pods: only a pod on its way out

@@ -4,6 +4,7 @@ nodes. Each test prints how long the job took to reach its answer (`-s` shows it
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 
 import pytest
@@ -225,3 +226,28 @@ def test_delete_and_recreate_under_the_same_name_adopts_nothing_stale(cluster, n
         f"\nre-created job: waited (ChildConflict) for the old ServiceAccount, Running "
         f"{time.monotonic() - started:.1f}s after it could go; restarts {st.get('restarts')}"
     )
+
+
+def test_admission_is_stored_before_the_gang_is_created(cluster, namespace) -> None:
+    # An operator killed between the two writes must find a job its status calls admitted
+    # (the AdmissionBook is re-derived from status), never a Queued job holding pods.
+    audit = cluster.kubeconfig.parent / "logs" / "audit.log"
+    if not audit.exists():
+        pytest.skip("a cluster without the local audit log")
+    name = unique("order")
+    create_job(cluster.api, namespace, ddp_job(name).build())
+    wait_pods_running(cluster.core, namespace, name, 2)
+    writes = []
+    for line in audit.read_text().splitlines():
+        record = json.loads(line)
+        ref = record.get("objectRef") or {}
+        if ref.get("namespace") != namespace or record.get("stage") != "ResponseComplete":
+            continue
+        if ref.get("resource") == "pods" and record["verb"] == "create":
+            if (ref.get("name") or "").startswith(f"{name}-"):
+                writes.append("pod")
+        elif ref.get("subresource") == "status" and ref.get("name") == name:
+            body = json.dumps(record.get("requestObject") or {})
+            writes.append("admitted" if '"Admitted", "status": "True"' in body else "status")
+    assert "admitted" in writes and "pod" in writes, writes
+    assert writes.index("admitted") < writes.index("pod"), writes
