@@ -127,3 +127,22 @@ def test_unschedulable_gang_shows_the_schedulers_message(cluster, namespace) -> 
         for node in nodes:
             with contextlib.suppress(client.ApiException):
                 core.delete_node(node)
+
+
+def test_a_node_selector_that_matches_no_node_is_named_not_the_gpus(cluster, namespace) -> None:
+    name = unique("nosel")
+    template = {"nodeSelector": {"pool": "no-such-pool"}}
+    create_job(
+        cluster.api,
+        namespace,
+        JobBuilder(name).role("worker", 2, gpus=1, template=template).build(),
+    )
+    st = wait_for(
+        lambda: (s := status(cluster.api, namespace, name)).get("reason") == "Inadmissible" and s,
+        timeout=30,
+        what="the job Inadmissible",
+    )
+    admitted = next(c for c in st["conditions"] if c["type"] == "Admitted")
+    assert "nodeSelector (pool=no-such-pool) matches none of the" in admitted["message"]
+    assert "even if empty" not in admitted["message"]
+    print(f"\nnodeSelector matching nothing: {admitted['message']}")
