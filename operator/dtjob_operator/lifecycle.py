@@ -31,9 +31,11 @@ Reading order (each step returns when it decides):
    that is deleted or vanishes counts as a retryable failure too (eviction, node drain).
 7. Success per the success policy: Succeeded; still-running pods (parameter servers) stop.
 8. Gang started (Starting/Running): recreate anything missing, Running once all pods are
-   ready. Under the built-in admission, a gang not all ready within the pods-ready timeout
-   of its first pod's creation is released (pods deleted) and the job re-queued (phase
-   Queued, Admitted False/PodsReadyTimeout, status.admission.requeues + 1).
+   ready. A gang not all ready within the pods-ready timeout of its first pod's creation is
+   released (pods deleted) and the job re-queued (phase Queued, Admitted False/
+   PodsReadyTimeout, status.admission.requeues + 1; under an external admission phase
+   Pending and the gang is re-created), at most runPolicy.admissionRetryLimit times; then
+   Failed with the pods' own reason (ImagePullBackOff, ...).
 9. Otherwise start the gang (Pending, Queued, Restarting, resumed): wait for admission
    (phase Queued with the admission's message and status.queuePosition), for the restart
    backoff, and for every pod of an older gang to be gone (the new pods reuse their
@@ -279,13 +281,16 @@ class _Planner:
                 f"created, after {limit} re-queues (runPolicy.admissionRetryLimit){why}",
             )
         self.admission.update(requeues=requeues, lastRequeueTime=format_time(self.now))
+        # Under an external queue manager there is no queue of ours to go back to: the gang
+        # is re-created once its pods are gone (phase Pending), within the same limit.
+        then = "re-queued" if self.builtin_admission else "its gang re-created"
         message = (
             f"only {ready}/{total} pods were ready {timeout:.0f}s after the gang was created: "
-            f"its pods are released and the job is re-queued (re-queue {requeues} of at most "
+            f"its pods are released and the job is {then} (re-queue {requeues} of at most "
             f"{limit}){why}"
         )
         self.delete.update(live_names(self.o.pods))
-        self.phase = JobPhase.QUEUED
+        self.phase = JobPhase.QUEUED if self.builtin_admission else JobPhase.PENDING
         self._condition(CONDITION_ADMITTED, False, REASON_PODS_READY_TIMEOUT, message)
         self._condition(CONDITION_RUNNING, False, REASON_PODS_READY_TIMEOUT, message)
         self._event(EVENT_WARNING, REASON_PODS_READY_TIMEOUT, message)
@@ -305,9 +310,10 @@ class _Planner:
         )
 
     def _pods_ready_deadline(self) -> datetime | None:
-        """When the current gang must be all ready (built-in admission only)."""
+        """When the current gang must be all ready (under either admission: an external
+        queue manager's job can be just as stuck on an unpullable image)."""
         timeout = self.settings.pods_ready_timeout_seconds
-        if not self.builtin_admission or timeout <= 0 or not self.gang:
+        if timeout <= 0 or not self.gang:
             return None
         created = [parse_time(p["metadata"].get("creationTimestamp")) for p in self.gang]
         known = [c for c in created if c is not None]

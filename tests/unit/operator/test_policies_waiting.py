@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from unit.operator.builders import PodBuilder, a_job, a_pod
+from unit.operator.builders import PodBuilder, a_job, a_pod, at, pods
 from unit.operator.planning import DDP, SETTINGS, STARTING, after, condition, run, w
 
+from dtjob_operator.lifecycle import Observed, plan
 from dtjob_operator.policies.waiting import why_not_running
+from dtjob_operator.settings import OperatorSettings
 
 JOB = a_job()
 PULL = 'Back-off pulling image "registry.invalid/x:1"'
@@ -99,3 +101,34 @@ def test_pods_ready_timeout_requeues_up_to_the_limit_then_fails_with_the_pods_re
     )
     assert p2.status["reason"] == "ImagePullBackOff"
     assert sorted(p2.delete_pods) == ["j-worker-0", "j-worker-1"]  # nothing keeps its GPUs
+
+
+def test_external_admission_still_has_a_pods_ready_timeout() -> None:
+
+    settings = OperatorSettings(admission="external")
+    timeout = settings.pods_ready_timeout_seconds
+    job = DDP.copy().with_run_policy(admissionRetryLimit=1)
+
+    def step(j, *observed, now):  # type: ignore[no-untyped-def]
+        return plan(Observed(job=j.obj(), pods=pods(*observed), now=at(now)), settings)
+
+    stuck = (w(0).waiting("ErrImagePull").created(0), w(1).waiting("ErrImagePull").created(0))
+    starting = job.copy().with_full_status(step(job, now=0).status)
+    p1 = step(starting, *stuck, now=timeout + 1)
+    assert p1.status["phase"] == "Pending" and sorted(p1.delete_pods) == [
+        "j-worker-0",
+        "j-worker-1",
+    ]
+    assert "gang re-created" in condition(p1, "Running")["message"]
+    # Once the old pods are gone the same generation is created again.
+    pending = job.copy().with_full_status(p1.status)
+    p2 = step(pending, now=timeout + 5)
+    assert p2.status["phase"] == "Starting"
+    assert [m["metadata"]["name"] for m in p2.create if m["kind"] == "Pod"] == [
+        "j-worker-0",
+        "j-worker-1",
+    ]
+    again = job.copy().with_full_status(p2.status)
+    stuck = tuple(w(i).waiting("ErrImagePull").created(timeout + 5) for i in range(2))
+    p3 = step(again, *stuck, now=2 * timeout + 6)
+    assert p3.status["phase"] == "Failed" and condition(p3, "Failed")["reason"] == "ErrImagePull"
