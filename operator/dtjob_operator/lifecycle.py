@@ -88,13 +88,13 @@ from dtjob_operator.policies.create_errors import CONFLICT, CreateError
 from dtjob_operator.policies.deadline import deadline_exceeded, deadline_of
 from dtjob_operator.policies.failure_policy import gang_failures
 from dtjob_operator.policies.finished import finished_actions, lenient_run_policy, unfinished
+from dtjob_operator.policies.nodes import force_deletes
 from dtjob_operator.policies.pod_failure_policy import GangVerdict, judge_gang
 from dtjob_operator.policies.pods import (
     Pod,
     gang_of,
     is_finished,
     is_ready,
-    is_terminating,
     live_names,
     name_of,
     node_of,
@@ -483,20 +483,13 @@ class _Planner:
         return {name_of(p) for p in self.o.pods if node_of(p) in self.o.lost_nodes}
 
     def _force_deletes(self) -> list[str]:
-        """Pods that cannot go away by themselves: terminating on a lost node (no kubelet
-        confirms their end) past their grace period and a margin. Force-deleting them lets
-        a restarted gang reuse their names (and DNS hostnames) instead of waiting forever."""
+        """Pods stuck terminating on a lost node, due now (policies/nodes.py); a look again
+        when the next one falls due."""
         margin = timedelta(seconds=self.settings.force_delete_margin_seconds)
-        result = []
-        for pod in self.o.pods:
-            if not is_terminating(pod) or node_of(pod) not in self.o.lost_nodes:
-                continue
-            due = parse_time(pod["metadata"].get("deletionTimestamp"))
-            if due is None or self.now >= due + margin:
-                result.append(name_of(pod))
-            else:
-                self.requeue.append(seconds_until(due + margin, self.now))
-        return sorted(result)
+        due, next_due = force_deletes(self.o.pods, self.o.lost_nodes, self.now, margin)
+        if next_due is not None:
+            self.requeue.append(seconds_until(next_due, self.now))
+        return due
 
     def _gang_size(self) -> int:
         assert self.spec is not None
