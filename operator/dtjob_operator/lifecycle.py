@@ -236,6 +236,9 @@ class _Planner:
     def _refused(self, error: CreateError) -> Plan:
         """The API server refused a child for good: the spec cannot run. Every pod of the
         gang goes, including those this pass created (they are not in `observed` yet)."""
+        if self._had_condition(CONDITION_ADMITTED):
+            # The admission had let it start (the executor stored that first): say it ended.
+            self._condition(CONDITION_ADMITTED, False, REASON_INVALID_SPEC, "the job failed")
         plan = self._fail(REASON_INVALID_SPEC, error.describe())
         members = [
             m["metadata"]["name"] for m in build_pods(self.job, self.restarts, self.settings)

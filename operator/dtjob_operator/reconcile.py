@@ -254,7 +254,9 @@ class Reconciler:
         if refused is not None:
             # The planner decides what a refusal means for the job (Failed/InvalidSpec, or
             # a condition while we retry); its creates were just tried, so none are redone.
-            plan = lifecycle.plan(replace(observed, create_error=refused), self.settings)
+            # From the status as stored now (Admitted=True may have been written first).
+            again = replace(observed, job={**job, "status": written}, create_error=refused)
+            plan = lifecycle.plan(again, self.settings)
             if not refused.permanent:
                 retry_after = self._create_backoff(uid)
         else:

@@ -328,3 +328,11 @@ def test_child_conflict_waits_without_restarting_the_gang() -> None:
     p = run(DDP.copy().with_full_status(first.status), now=3)
     assert p.status["phase"] == "Starting" and p.status["restarts"] == 0
     assert created(p) == GANG_0
+
+
+def test_refused_after_admission_gives_the_admission_back() -> None:
+    admitted = after(DDP, now=0)  # Admitted=True, Starting
+    p = _refused(admitted, 422, 'Pod "j-worker-1" is invalid: spec.x: Invalid value', now=1)
+    assert p.status["phase"] == "Failed"
+    assert condition(p, "Admitted")["status"] == "False"
+    assert condition(p, "Admitted")["reason"] == "InvalidSpec"
