@@ -10,7 +10,9 @@ status flips.
 - Admitted: True when the whole gang may be created (Admitted); False while it waits
   (WaitingForAdmission, Inadmissible, PodsReadyTimeout, Preempted).
 - Running: True when every pod of the current gang is Running and Ready (PodsReady);
-  False with PodsNotReady while starting, or with the reason of whatever stopped the gang.
+  False with PodsNotReady while starting, a pod's own reason (ImagePullBackOff,
+  Unschedulable, ...; policies/waiting.py), CreateFailed / ChildConflict while a create is
+  refused or blocked, or with the reason of whatever stopped the gang.
 - Restarting: True while a gang restart is under way: old pods going, backoff, new gang not
   yet ready (PodFailedRetryable, Preempted, RendezvousTimeout, PeerLost, Disrupted).
 - Suspended: True while spec.suspend holds the job without pods (Suspended / Resumed).
