@@ -251,3 +251,22 @@ def test_admission_is_stored_before_the_gang_is_created(cluster, namespace) -> N
             writes.append("admitted" if '"Admitted", "status": "True"' in body else "status")
     assert "admitted" in writes and "pod" in writes, writes
     assert writes.index("admitted") < writes.index("pod"), writes
+
+
+def test_pod_field_the_schema_allows_but_the_pod_api_refuses_fails_invalid_spec(
+    cluster, namespace
+) -> None:
+    # The CRD carries core/v1's schema for the template, not its validation: a toleration
+    # with operator Exists and a value passes the schema; the pod API answers 422.
+    name = unique("tol")
+    template = {"tolerations": [{"key": "k", "operator": "Exists", "value": "v"}]}
+    job = JobBuilder(name).role("worker", 2, gpus=1, template=template).build()
+    started = time.monotonic()
+    create_job(cluster.api, namespace, job)
+    st = wait_phase(cluster.api, namespace, name, "Failed", timeout=30)
+    took = time.monotonic() - started
+    failed = condition(st, "Failed")
+    assert failed["reason"] == "InvalidSpec" and "(422 Invalid)" in failed["message"]
+    assert "spec.tolerations[0]" in failed["message"], failed["message"]
+    wait_for(lambda: not all_pods(cluster, namespace, name), timeout=30, what="no pods left")
+    print(f"\n422 pod -> Failed/InvalidSpec in {took:.1f}s: {failed['message']}")
