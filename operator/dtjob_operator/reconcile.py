@@ -248,7 +248,7 @@ class Reconciler:
         plan = lifecycle.plan(observed, self.settings)
 
         old_status = job.get("status") or {}
-        written = self._record_admission_first(namespace, name, old_status, plan)
+        written = self._record_admission_first(job, old_status, plan)
         refused = self._create_children(plan, job)
         retry_after: float | None = None
         if refused is not None:
@@ -274,7 +274,7 @@ class Reconciler:
             self.api.patch_status(namespace, name, status_patch(written, plan.status))
             if plan.status.get("restarts", 0) > old_status.get("restarts", 0):
                 self.metrics.restarts.labels(namespace=namespace).inc()
-        self._after_admission_step(job, old_status, plan.status, bool(plan.delete_pods))
+        self._after_admission_step(job, written, plan.status, bool(plan.delete_pods))
         for event in plan.events:
             self.api.emit_event(job, event.type, event.reason, event.message)
         self.metrics.observe_phase(key, plan.status.get("phase"))
@@ -283,7 +283,7 @@ class Reconciler:
         return plan.requeue_after
 
     def _record_admission_first(
-        self, namespace: str, name: str, old: dict[str, Any], plan: lifecycle.Plan
+        self, job: Obj, old: dict[str, Any], plan: lifecycle.Plan
     ) -> dict[str, Any]:
         """A pass that admits a job and creates its pods writes Admitted=True first (the
         conditions only; the phase follows once the pods exist). An operator killed between
@@ -297,7 +297,12 @@ class Reconciler:
         admitted = [c for c in conditions if c.get("type") == CONDITION_ADMITTED]
         others = [c for c in old.get("conditions") or [] if c.get("type") != CONDITION_ADMITTED]
         written = dict(old, conditions=others + admitted)
-        self.api.patch_status(namespace, name, {"conditions": written["conditions"]})
+        meta = job["metadata"]
+        self.api.patch_status(
+            meta["namespace"], meta["name"], {"conditions": written["conditions"]}
+        )
+        if self.admission is not None:
+            self._announce_admission(job, old)  # right after the write, as in any pass
         return written
 
     def _lost_nodes(self, pods: list[Obj]) -> frozenset[str]:
@@ -366,15 +371,7 @@ class Reconciler:
         if (was and not now) or new.get("phase") in TERMINAL_PHASES:
             self.book.forget(uid)
         if now and not was:
-            # The planner's events are per transition of the job; admission is the
-            # executor's news (the planner cannot tell a pass's admission from a restart).
-            self.api.emit_event(job, EVENT_NORMAL, REASON_ADMITTED, "the whole gang fits")
-            since = (old.get("admission") or {}).get("lastRequeueTime")
-            created = parse_time(since) or parse_time(job["metadata"].get("creationTimestamp"))
-            if created is not None:
-                wait = (datetime.now(UTC) - created).total_seconds()
-                ns = job["metadata"]["namespace"]
-                self.metrics.admission_wait_seconds.labels(namespace=ns).observe(wait)
+            self._announce_admission(job, old)
         if (
             _admitted_reason(new) == REASON_PODS_READY_TIMEOUT
             and _admitted_reason(old) != REASON_PODS_READY_TIMEOUT
@@ -383,6 +380,18 @@ class Reconciler:
         changed = deleted_pods or was != now or old.get("phase") != new.get("phase")
         if changed or (not now and uid not in self.book):  # or it waits for a first pass
             self.admission.request()
+
+    def _announce_admission(self, job: Obj, old: dict[str, Any]) -> None:
+        """The Admitted event and the admission-wait metric, once per admission."""
+        # The planner's events are per transition of the job; admission is the
+        # executor's news (the planner cannot tell a pass's admission from a restart).
+        self.api.emit_event(job, EVENT_NORMAL, REASON_ADMITTED, "the whole gang fits")
+        since = (old.get("admission") or {}).get("lastRequeueTime")
+        created = parse_time(since) or parse_time(job["metadata"].get("creationTimestamp"))
+        if created is not None:
+            wait = (datetime.now(UTC) - created).total_seconds()
+            ns = job["metadata"]["namespace"]
+            self.metrics.admission_wait_seconds.labels(namespace=ns).observe(wait)
 
     def _forget(self, key: JobKey, job: Obj | None) -> None:
         self.metrics.observe_phase(key, None)
