@@ -10,13 +10,16 @@ status flips.
 - Admitted: True when the whole gang may be created (Admitted); False while it waits
   (WaitingForAdmission, Inadmissible, PodsReadyTimeout, Preempted).
 - Running: True when every pod of the current gang is Running and Ready (PodsReady);
-  False with PodsNotReady while starting, or with the reason of whatever stopped the gang.
+  False with PodsNotReady while starting, a pod's own reason (ImagePullBackOff,
+  Unschedulable, ...; policies/waiting.py), CreateFailed / ChildConflict while a create is
+  refused or blocked, or with the reason of whatever stopped the gang.
 - Restarting: True while a gang restart is under way: old pods going, backoff, new gang not
-  yet ready (PodFailedRetryable, Preempted, RendezvousTimeout, PeerLost).
+  yet ready (PodFailedRetryable, Preempted, RendezvousTimeout, PeerLost, Disrupted).
 - Suspended: True while spec.suspend holds the job without pods (Suspended / Resumed).
 - Succeeded: terminal success (AllWorkersSucceeded, AllStagesSucceeded).
 - Failed: terminal failure (InvalidSpec, PodFailedPermanent, BackoffLimitExceeded,
-  DeadlineExceeded).
+  DeadlineExceeded). InvalidSpec also when the API server refuses a pod for good (422,
+  Pod Security, a missing PriorityClass), with the API server's message.
 - CheckpointStorage: True when checkpoints survive a gang restart (Persistent); False with
   EphemeralCheckpoints, ClaimNotFound, ClaimTerminating, ClaimPending, ClaimLost or
   ClaimNotShareable
@@ -80,6 +83,10 @@ REASON_POD_FAILED_PERMANENT: Final = "PodFailedPermanent"
 REASON_PREEMPTED: Final = "Preempted"
 REASON_RENDEZVOUS_TIMEOUT: Final = "RendezvousTimeout"  # exit 200
 REASON_PEER_LOST: Final = "PeerLost"  # exit 201
+# A gang member was disrupted (DisruptionTarget: eviction, preemption, drain, taint
+# manager, pod GC) or lost with its node: the gang restarts without counting against
+# backoffLimit.
+REASON_DISRUPTED: Final = "Disrupted"
 REASON_BACKOFF_LIMIT_EXCEEDED: Final = "BackoffLimitExceeded"
 REASON_DEADLINE_EXCEEDED: Final = "DeadlineExceeded"
 REASON_SUSPENDED: Final = "Suspended"
@@ -95,6 +102,12 @@ REASON_CLAIM_TERMINATING: Final = "ClaimTerminating"
 REASON_CLAIM_PENDING: Final = "ClaimPending"
 REASON_CLAIM_LOST: Final = "ClaimLost"
 REASON_CLAIM_NOT_SHAREABLE: Final = "ClaimNotShareable"
+# The API server refused to create a child for a reason that may clear (quota, throttling,
+# 5xx, a webhook timing out): the create is retried with backoff (Running=False).
+REASON_CREATE_FAILED: Final = "CreateFailed"
+# An object with a child's name exists and is not this job's (an earlier job's of the same
+# name, or nobody's): the job waits and does not use it (policies/ownership.py).
+REASON_CHILD_CONFLICT: Final = "ChildConflict"
 
 # --- event-only reasons --------------------------------------------------------------------
 EVENT_CREATED: Final = "Created"  # a gang's pods were created

@@ -191,6 +191,25 @@ class KubeApi:
             raise
         return True
 
+    def read_child(self, kind: str, namespace: str, name: str) -> Obj | None:
+        """A child-kind object as raw JSON, or None when it is gone."""
+        readers: dict[str, Callable[..., object]] = {
+            "Pod": self.core.read_namespaced_pod,
+            "Service": self.core.read_namespaced_service,
+            "ConfigMap": self.core.read_namespaced_config_map,
+            "ServiceAccount": self.core.read_namespaced_service_account,
+            "Role": self.rbac.read_namespaced_role,
+            "RoleBinding": self.rbac.read_namespaced_role_binding,
+        }
+        try:
+            resp = readers[kind](name, namespace, _preload_content=False)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        obj: Obj = json.loads(cast(Any, resp).data)
+        return obj
+
     def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
         """Delete a pod; already gone is fine."""
         try:

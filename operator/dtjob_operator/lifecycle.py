@@ -13,7 +13,11 @@ Reading order (each step returns when it decides):
 2. Already Succeeded or Failed: the status is final (only the trainer's last progress is
    still copied); apply cleanPodPolicy; delete the job once ttlSecondsAfterFinished passed.
 3. Invalid spec: Failed with reason InvalidSpec and every error's field in the message; no
-   children are created.
+   children are created. Likewise when the API server refused to create a child for good
+   (422 Invalid, Pod Security, a missing PriorityClass; `observed.create_error`, policies/
+   create_errors.py): its message names the field, and every pod of the gang is deleted.
+   A transient refusal (quota, throttling, 5xx) keeps the phase and sets Running=False
+   with reason CreateFailed; the executor retries with backoff.
 3b. Checkpoint storage (policies/checkpoint_storage.py): the CheckpointStorage condition,
    with an event when its reason changes; a ReadWriteOncePod claim for a multi-pod gang is
    InvalidSpec, and a missing claim holds the gang's creation (step 9) until it exists.
@@ -30,9 +34,11 @@ Reading order (each step returns when it decides):
    that is deleted or vanishes counts as a retryable failure too (eviction, node drain).
 7. Success per the success policy: Succeeded; still-running pods (parameter servers) stop.
 8. Gang started (Starting/Running): recreate anything missing, Running once all pods are
-   ready. Under the built-in admission, a gang not all ready within the pods-ready timeout
-   of its first pod's creation is released (pods deleted) and the job re-queued (phase
-   Queued, Admitted False/PodsReadyTimeout, status.admission.requeues + 1).
+   ready. A gang not all ready within the pods-ready timeout of its first pod's creation is
+   released (pods deleted) and the job re-queued (phase Queued, Admitted False/
+   PodsReadyTimeout, status.admission.requeues + 1; under an external admission phase
+   Pending and the gang is re-created), at most runPolicy.admissionRetryLimit times; then
+   Failed with the pods' own reason (ImagePullBackOff, ...).
 9. Otherwise start the gang (Pending, Queued, Restarting, resumed): wait for admission
    (phase Queued with the admission's message and status.queuePosition), for the restart
    backoff, and for every pod of an older gang to be gone (the new pods reuse their
@@ -65,6 +71,8 @@ from dtjob_operator.constants import (
     EVENT_WARNING,
     REASON_ADMITTED,
     REASON_BACKOFF_LIMIT_EXCEEDED,
+    REASON_CHILD_CONFLICT,
+    REASON_CREATE_FAILED,
     REASON_DEADLINE_EXCEEDED,
     REASON_INVALID_SPEC,
     REASON_POD_FAILED_PERMANENT,
@@ -81,9 +89,12 @@ from dtjob_operator.plan_types import Event, Observed, Plan
 from dtjob_operator.policies.backoff import restart_delay, restart_not_before
 from dtjob_operator.policies.checkpoint_storage import StorageVerdict, judge_checkpoint_storage
 from dtjob_operator.policies.clean_pod_policy import pods_to_clean
+from dtjob_operator.policies.create_errors import CONFLICT, CreateError
 from dtjob_operator.policies.deadline import deadline_exceeded, deadline_of
-from dtjob_operator.policies.failure_policy import FailureVerdict, gang_failures, judge
+from dtjob_operator.policies.failure_policy import gang_failures
 from dtjob_operator.policies.finished import finished_actions, lenient_run_policy, unfinished
+from dtjob_operator.policies.nodes import force_deletes
+from dtjob_operator.policies.pod_failure_policy import GangVerdict, judge_gang
 from dtjob_operator.policies.pods import (
     Pod,
     gang_of,
@@ -91,10 +102,12 @@ from dtjob_operator.policies.pods import (
     is_ready,
     live_names,
     name_of,
+    node_of,
     stale_pods,
 )
 from dtjob_operator.policies.success_policy import SuccessVerdict, judge_success
 from dtjob_operator.policies.times import format_time, parse_time, seconds_until
+from dtjob_operator.policies.waiting import why_not_running
 from dtjob_operator.settings import OperatorSettings
 from dtjob_operator.status import ConditionUpdate, StatusDecision, compute_status, progress_of
 
@@ -102,6 +115,8 @@ __all__ = ["Event", "Observed", "Plan", "plan"]
 
 STARTED_PHASES = frozenset({JobPhase.STARTING, JobPhase.RUNNING})
 MAX_ERRORS_IN_MESSAGE = 5
+# Running=False reasons under which a missing member was never created (not lost).
+CREATE_WAITS = frozenset({REASON_CREATE_FAILED, REASON_CHILD_CONFLICT})
 
 
 def plan(observed: Observed, settings: OperatorSettings) -> Plan:
@@ -121,6 +136,9 @@ class _Planner:
         self.prior_phase = _phase(self.prior.get("phase"))
         self.phase = self.prior_phase
         self.restarts = int(self.prior.get("restarts") or 0)
+        # A status written before countedRestarts existed counted every restart.
+        counted = self.prior.get("countedRestarts")
+        self.counted_restarts = int(counted) if counted is not None else self.restarts
         self.start_time = parse_time(self.prior.get("startTime"))
         self.completion_time = parse_time(self.prior.get("completionTime"))
         self.last_restart_time = parse_time(self.prior.get("lastRestartTime"))
@@ -160,6 +178,9 @@ class _Planner:
         self.storage = self._checkpoint_storage()
         if self.storage.invalid:
             return self._fail(REASON_INVALID_SPEC, self.storage.message)
+        refused = self.o.create_error
+        if refused is not None and refused.permanent:
+            return self._refused(refused)
         if self.spec.suspend:
             return self._suspend()
         if self.o.preempted is not None:
@@ -175,8 +196,18 @@ class _Planner:
                 f"the job ran longer than activeDeadlineSeconds ({seconds}s)",
             )
         members = [m["metadata"]["name"] for m in build_pods(job, self.restarts, self.settings)]
+        if self._prior_condition(CONDITION_RUNNING).get("reason") in CREATE_WAITS:
+            # A member whose create was refused was never there to be lost: it is created
+            # below, not mourned with a gang restart.
+            present = {name_of(p) for p in self.o.pods}
+            members = [m for m in members if m in present]
         started = self.prior_phase in STARTED_PHASES
-        verdict = judge(gang_failures(self.o.pods, self.restarts, members, started), run_policy)
+        verdict = judge_gang(
+            gang_failures(self.o.pods, self.restarts, members, started),
+            self.o.pods,
+            run_policy,
+            self._lost_with_node(),
+        )
         if verdict is not None:
             return self._on_failure(verdict, run_policy)
         success = judge_success(self.spec, self.gang)
@@ -215,17 +246,67 @@ class _Planner:
         self.requeue.append(self.settings.resync_seconds)
         return self._render()
 
+    def _refused(self, error: CreateError) -> Plan:
+        """The API server refused a child for good: the spec cannot run. Every pod of the
+        gang goes, including those this pass created (they are not in `observed` yet)."""
+        if self._had_condition(CONDITION_ADMITTED):
+            # The admission had let it start (the executor stored that first): say it ended.
+            self._condition(CONDITION_ADMITTED, False, REASON_INVALID_SPEC, "the job failed")
+        plan = self._fail(REASON_INVALID_SPEC, error.describe())
+        members = [
+            m["metadata"]["name"] for m in build_pods(self.job, self.restarts, self.settings)
+        ]
+        plan.delete_pods = sorted(set(plan.delete_pods) | set(members))
+        return plan
+
+    def _say_create_retry(self, error: CreateError) -> None:
+        """A transient refusal: the job keeps its phase and says why it is not running;
+        the executor retries with backoff. One event per new reason, not one per pass."""
+        message = error.describe()
+        reason = REASON_CHILD_CONFLICT if error.code == CONFLICT else REASON_CREATE_FAILED
+        prior = self._prior_condition(CONDITION_RUNNING)
+        self._condition(CONDITION_RUNNING, False, reason, message)
+        if prior.get("reason") != reason or prior.get("message") != message:
+            self._event(EVENT_WARNING, reason, message)
+
+    def _say_why_not_ready(self, ready: int, total: int) -> None:
+        """Running=False with the first pod's own reason (ImagePullBackOff, Unschedulable,
+        ...) when one says; an event when that reason changes, not on every pass."""
+        message = f"{ready}/{total} pods ready"
+        waiting = why_not_running(self.gang)
+        if waiting is None:
+            self._condition(CONDITION_RUNNING, False, REASON_PODS_NOT_READY, message)
+            return
+        message += f": {waiting.message}"
+        if self._prior_condition(CONDITION_RUNNING).get("reason") != waiting.reason:
+            self._event(EVENT_WARNING, waiting.reason, message)
+        self._condition(CONDITION_RUNNING, False, waiting.reason, message)
+
     def _release_unready(self, ready: int, total: int) -> Plan:
-        """Pods-ready timeout: give the GPUs back and queue again (with backoff)."""
+        """Pods-ready timeout: give the GPUs back and queue again (with backoff), at most
+        runPolicy.admissionRetryLimit times; then the job fails with the pods' reason."""
         timeout = self.settings.pods_ready_timeout_seconds
         requeues = int(self.admission.get("requeues") or 0) + 1
+        waiting = why_not_running(self.gang)
+        why = f": {waiting.message}" if waiting else ""
+        limit = self._run_policy().admissionRetryLimit
+        if requeues > limit:
+            return self._fail(
+                waiting.reason if waiting else REASON_PODS_READY_TIMEOUT,
+                f"only {ready}/{total} pods were ready {timeout:.0f}s after the gang was "
+                f"created, after {limit} re-queues (runPolicy.admissionRetryLimit){why}",
+            )
         self.admission.update(requeues=requeues, lastRequeueTime=format_time(self.now))
+        # Under an external queue manager there is no queue of ours to go back to: the gang
+        # is re-created once its pods are gone (phase Pending), within the same limit.
+        then = "re-queued" if self.builtin_admission else "its gang re-created"
         message = (
             f"only {ready}/{total} pods were ready {timeout:.0f}s after the gang was created: "
-            f"its pods are released and the job is re-queued (re-queue {requeues})"
+            f"its pods are released and the job is {then} (re-queue {requeues} of at most "
+            f"{limit}){why}"
         )
         self.delete.update(live_names(self.o.pods))
-        self.phase = JobPhase.QUEUED
+        self.phase = JobPhase.QUEUED if self.builtin_admission else JobPhase.PENDING
         self._condition(CONDITION_ADMITTED, False, REASON_PODS_READY_TIMEOUT, message)
         self._condition(CONDITION_RUNNING, False, REASON_PODS_READY_TIMEOUT, message)
         self._event(EVENT_WARNING, REASON_PODS_READY_TIMEOUT, message)
@@ -245,30 +326,38 @@ class _Planner:
         )
 
     def _pods_ready_deadline(self) -> datetime | None:
-        """When the current gang must be all ready (built-in admission only)."""
+        """When the current gang must be all ready (under either admission: an external
+        queue manager's job can be just as stuck on an unpullable image)."""
         timeout = self.settings.pods_ready_timeout_seconds
-        if not self.builtin_admission or timeout <= 0 or not self.gang:
+        if timeout <= 0 or not self.gang:
             return None
         created = [parse_time(p["metadata"].get("creationTimestamp")) for p in self.gang]
         known = [c for c in created if c is not None]
         return min(known) + timedelta(seconds=timeout) if known else None
 
-    def _on_failure(self, verdict: FailureVerdict, policy: RunPolicy) -> Plan:
+    def _on_failure(self, gang: GangVerdict, policy: RunPolicy) -> Plan:
+        verdict = gang.verdict
         if not verdict.retryable:
             return self._fail(REASON_POD_FAILED_PERMANENT, verdict.message)
-        if self.restarts >= policy.backoffLimit:
+        if gang.counted and self.counted_restarts >= policy.backoffLimit:
             return self._fail(
                 REASON_BACKOFF_LIMIT_EXCEEDED,
-                f"the gang failed again after {self.restarts} restarts "
+                f"the gang failed again after {self.counted_restarts} restarts "
                 f"(backoffLimit {policy.backoffLimit}): {verdict.message}",
             )
         self.restarts += 1
+        if gang.counted:
+            self.counted_restarts += 1
         self.last_restart_time = self.now
         delay = restart_delay(self.restarts, policy)
-        message = (
-            f"gang restart {self.restarts} of at most {policy.backoffLimit} in {delay}s, "
-            f"from the last checkpoint: {verdict.message}"
-        )
+        if gang.counted:
+            which = f"{self.counted_restarts} of at most {policy.backoffLimit}"
+        else:
+            which = (
+                f"{self.restarts} (not charged to backoffLimit: {self.counted_restarts} of "
+                f"{policy.backoffLimit} used)"
+            )
+        message = f"gang restart {which} in {delay}s, from the last checkpoint: {verdict.message}"
         self.phase = JobPhase.RESTARTING
         self._condition(CONDITION_RESTARTING, True, verdict.reason, message)
         self._condition(CONDITION_RUNNING, False, verdict.reason, message)
@@ -323,8 +412,7 @@ class _Planner:
             if deadline is not None:
                 self.requeue.append(seconds_until(deadline, self.now))
             self.phase = JobPhase.STARTING
-            message = f"{ready}/{total} pods ready"
-            self._condition(CONDITION_RUNNING, False, REASON_PODS_NOT_READY, message)
+            self._say_why_not_ready(ready, total)
         self._requeue_while_active()
         return self._render()
 
@@ -428,6 +516,19 @@ class _Planner:
             if m["metadata"]["name"] not in existing
         ]
 
+    def _lost_with_node(self) -> set[str]:
+        """Pods whose node is NotReady, Unknown, gone or out of service."""
+        return {name_of(p) for p in self.o.pods if node_of(p) in self.o.lost_nodes}
+
+    def _force_deletes(self) -> list[str]:
+        """Pods stuck terminating on a lost node, due now (policies/nodes.py); a look again
+        when the next one falls due."""
+        margin = timedelta(seconds=self.settings.force_delete_margin_seconds)
+        due, next_due = force_deletes(self.o.pods, self.o.lost_nodes, self.now, margin)
+        if next_due is not None:
+            self.requeue.append(seconds_until(next_due, self.now))
+        return due
+
     def _gang_size(self) -> int:
         assert self.spec is not None
         return rank_layout(self.spec).nnodes
@@ -474,6 +575,10 @@ class _Planner:
             self.requeue.append(float(policy.ttlSecondsAfterFinished))
 
     def _render(self) -> Plan:
+        force = self._force_deletes()
+        error = self.o.create_error
+        if error is not None and not error.permanent and self.phase == JobPhase.STARTING:
+            self._say_create_retry(error)
         status = compute_status(
             self.prior,
             self.spec,
@@ -481,6 +586,7 @@ class _Planner:
                 phase=self.phase,
                 conditions=self.conditions,
                 restarts=self.restarts,
+                counted_restarts=self.counted_restarts,
                 start_time=self.start_time,
                 completion_time=self.completion_time,
                 last_restart_time=self.last_restart_time,
@@ -498,6 +604,7 @@ class _Planner:
             status=status,
             create=self.create,
             delete_pods=sorted(self.delete),
+            force_delete_pods=force,
             events=self.events,
             requeue_after=min(self.requeue) if self.requeue else None,
         )

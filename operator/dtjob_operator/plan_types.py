@@ -10,6 +10,7 @@ from typing import Any
 
 from dtjob_operator.builders import Manifest
 from dtjob_operator.constants import REASON_WAITING_FOR_ADMISSION
+from dtjob_operator.policies.create_errors import CreateError
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,6 +41,12 @@ class Observed:
     checkpoint_claim: Mapping[str, Any] | None = None
     """The PersistentVolumeClaim spec.checkpoint.claimName names, as the API returns it;
     None when the job names none or the claim does not exist."""
+    lost_nodes: Set[str] = frozenset()
+    """Names of the nodes the job's pods are on that are NotReady, Unknown, gone, or tainted
+    node.kubernetes.io/out-of-service: no kubelet there will confirm a pod's end."""
+    create_error: CreateError | None = None
+    """The API server refused a create of this pass's plan: the executor plans again with
+    it, and the planner fails the job (permanent) or says why it waits (transient)."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +70,8 @@ class Plan:
     """Manifests of missing children, in creation order; creating one that exists is a no-op."""
     delete_pods: list[str] = field(default_factory=list)
     """Names of pods to delete."""
+    force_delete_pods: list[str] = field(default_factory=list)
+    """Names of pods to delete with grace period 0 (terminating on a lost node)."""
     delete_job: bool = False
     """The finished job's TTL has passed: delete it (its children go with it)."""
     events: list[Event] = field(default_factory=list)

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -36,6 +37,10 @@ from dtjob_operator.constants import (
 from dtjob_operator.k8s import KubeApi, Obj
 from dtjob_operator.metrics import OperatorMetrics
 from dtjob_operator.naming import progress_config_map_name
+from dtjob_operator.policies.create_errors import CreateError, create_error_of
+from dtjob_operator.policies.nodes import lost_nodes
+from dtjob_operator.policies.ownership import ownership_conflict
+from dtjob_operator.policies.pods import is_terminating, node_of
 from dtjob_operator.policies.times import parse_time
 from dtjob_operator.settings import OperatorSettings
 from dtjob_operator.workqueue import WorkQueue
@@ -51,6 +56,8 @@ NOT_LEADER_RETRY = 2.0
 # so a broken job is retried every few minutes rather than hammering the API server.
 ERROR_BACKOFF_BASE = 0.5
 ERROR_BACKOFF_MAX = 300.0
+# First retry of a create the API server refused for a reason that may clear (quota, 5xx).
+CREATE_RETRY_BASE = 1.0
 
 
 def owned_by(obj: Obj, uid: str) -> bool:
@@ -133,6 +140,7 @@ class Reconciler:
         # successful create-or-exists we stop re-creating them on every pass.
         self._ensured: dict[str, set[tuple[str, str]]] = {}
         self._failures: dict[JobKey, int] = {}
+        self._create_failures: dict[str, int] = {}  # by job UID: refused creates in a row
         self._threads: list[threading.Thread] = []
         # Shared by all reconcile workers for the per-pod API calls of one gang.
         self._pool = ThreadPoolExecutor(max_workers=settings.api_concurrency)
@@ -246,6 +254,7 @@ class Reconciler:
         observed = lifecycle.Observed(
             job=job,
             pods=pods,
+            lost_nodes=self._lost_nodes(pods),
             children=existing,
             progress=read_progress(name, config_maps),
             now=datetime.now(UTC),
@@ -254,33 +263,117 @@ class Reconciler:
         )
         plan = lifecycle.plan(observed, self.settings)
 
-        # The other children first and in order (pods mount the ConfigMap, run as the
-        # ServiceAccount); then the gang's pods concurrently, since a large gang created one
-        # POST at a time takes seconds to start.
-        pods_to_create = [obj for obj in plan.create if obj["kind"] == "Pod"]
-        for obj in plan.create:
-            if obj["kind"] != "Pod":
-                self.api.create(obj)
-                if obj["kind"] != "ConfigMap":
-                    self._ensured.setdefault(uid, set()).add((obj["kind"], obj["metadata"]["name"]))
-        created = sum(self._pool.map(self.api.create, pods_to_create))
-        self.metrics.pods_created.inc(created)
+        old_status = job.get("status") or {}
+        written = self._record_admission_first(job, old_status, plan)
+        refused = self._create_children(plan, job)
+        retry_after: float | None = None
+        if refused is not None:
+            # The planner decides what a refusal means for the job (Failed/InvalidSpec, or
+            # a condition while we retry); its creates were just tried, so none are redone.
+            # From the status as stored now (Admitted=True may have been written first).
+            again = replace(observed, job={**job, "status": written}, create_error=refused)
+            plan = lifecycle.plan(again, self.settings)
+            if not refused.permanent:
+                retry_after = self._create_backoff(uid)
+        else:
+            self._create_failures.pop(uid, None)
         list(self._pool.map(lambda pod: self.api.delete_pod(namespace, pod), plan.delete_pods))
+        for pod in plan.force_delete_pods:
+            log.info("force-deleting pod %s/%s: terminating on a lost node", namespace, pod)
+            self.api.delete_pod(namespace, pod, grace_seconds=0)
         if plan.delete_job:
             self.api.delete_job(namespace, name)
             self._forget(key, job)
             return None
 
-        old_status = job.get("status") or {}
-        if plan.status != old_status:
-            self.api.patch_status(namespace, name, status_patch(old_status, plan.status))
+        if plan.status != written:
+            self.api.patch_status(namespace, name, status_patch(written, plan.status))
             if plan.status.get("restarts", 0) > old_status.get("restarts", 0):
                 self.metrics.restarts.labels(namespace=namespace).inc()
-        self._after_admission_step(job, old_status, plan.status, bool(plan.delete_pods))
+        self._after_admission_step(job, written, plan.status, bool(plan.delete_pods))
         for event in plan.events:
             self.api.emit_event(job, event.type, event.reason, event.message)
         self.metrics.observe_phase(key, plan.status.get("phase"))
+        if retry_after is not None:
+            return retry_after
         return plan.requeue_after
+
+    def _record_admission_first(
+        self, job: Obj, old: dict[str, Any], plan: lifecycle.Plan
+    ) -> dict[str, Any]:
+        """A pass that admits a job and creates its pods writes Admitted=True first (the
+        conditions only; the phase follows once the pods exist). An operator killed between
+        the two then restarts with a job its status calls admitted, which its AdmissionBook
+        re-derives, and creates the rest of the gang; never a Queued job holding a partial
+        gang. Returns the status as now stored."""
+        creates_pods = any(obj["kind"] == "Pod" for obj in plan.create)
+        if not creates_pods or _admitted(old) or not _admitted(plan.status):
+            return old
+        conditions = plan.status.get("conditions") or []
+        admitted = [c for c in conditions if c.get("type") == CONDITION_ADMITTED]
+        others = [c for c in old.get("conditions") or [] if c.get("type") != CONDITION_ADMITTED]
+        written = dict(old, conditions=others + admitted)
+        meta = job["metadata"]
+        self.api.patch_status(
+            meta["namespace"], meta["name"], {"conditions": written["conditions"]}
+        )
+        if self.admission is not None:
+            self._announce_admission(job, old)  # right after the write, as in any pass
+        return written
+
+    def _lost_nodes(self, pods: list[Obj]) -> frozenset[str]:
+        """Lost nodes among those of the job's terminating pods: only a pod on its way out
+        needs its node's word, so a healthy pass lists no nodes."""
+        wanted = {node for p in pods if is_terminating(p) and (node := node_of(p))}
+        return lost_nodes(wanted, self.api.list_nodes()) if wanted else frozenset()
+
+    def _create_children(self, plan: lifecycle.Plan, job: Obj) -> CreateError | None:
+        """Create the plan's children; the API server's refusal, if any (a permanent one
+        in preference, since it decides the job's fate)."""
+        # The other children first and in order (pods mount the ConfigMap, run as the
+        # ServiceAccount); then the gang's pods concurrently, since a large gang created one
+        # POST at a time takes seconds to start.
+        uid = job["metadata"]["uid"]
+        for obj in plan.create:
+            if obj["kind"] == "Pod":
+                continue
+            _, error = self._try_create(obj, job)
+            if error is not None:
+                return error
+            if obj["kind"] != "ConfigMap":
+                self._ensured.setdefault(uid, set()).add((obj["kind"], obj["metadata"]["name"]))
+        pods_to_create = [obj for obj in plan.create if obj["kind"] == "Pod"]
+        results = list(self._pool.map(lambda pod: self._try_create(pod, job), pods_to_create))
+        self.metrics.pods_created.inc(sum(created for created, _ in results))
+        errors = [error for _, error in results if error is not None]
+        errors.sort(key=lambda e: not e.permanent)
+        return errors[0] if errors else None
+
+    def _try_create(self, obj: Obj, job: Obj) -> tuple[bool, CreateError | None]:
+        """(created, refusal): an API error becomes a CreateError for the planner; other
+        errors (the network, a bug) still end the pass and retry it with backoff. An object
+        already there is used only if it is this job's (policies/ownership.py)."""
+        try:
+            if self.api.create(obj):
+                return True, None
+            meta = obj["metadata"]
+            existing = self.api.read_child(obj["kind"], meta["namespace"], meta["name"])
+            job_meta = job["metadata"]
+            conflict = ownership_conflict(
+                existing, obj["kind"], meta["name"], job_meta["name"], job_meta["uid"]
+            )
+            return False, conflict
+        except ApiException as exc:
+            if exc.status is None:
+                raise
+            name = obj["metadata"]["name"]
+            log.info("creating %s %s refused: %s %s", obj["kind"], name, exc.status, exc.reason)
+            return False, create_error_of(obj["kind"], name, exc.status, exc.reason, exc.body)
+
+    def _create_backoff(self, uid: str) -> float:
+        n = self._create_failures.get(uid, 0)
+        self._create_failures[uid] = n + 1
+        return float(min(ERROR_BACKOFF_MAX, CREATE_RETRY_BASE * 2**n))
 
     def _after_admission_step(
         self, job: Obj, old: dict[str, Any], new: dict[str, Any], deleted_pods: bool
@@ -294,15 +387,7 @@ class Reconciler:
         if (was and not now) or new.get("phase") in TERMINAL_PHASES:
             self.book.forget(uid)
         if now and not was:
-            # The planner's events are per transition of the job; admission is the
-            # executor's news (the planner cannot tell a pass's admission from a restart).
-            self.api.emit_event(job, EVENT_NORMAL, REASON_ADMITTED, "the whole gang fits")
-            since = (old.get("admission") or {}).get("lastRequeueTime")
-            created = parse_time(since) or parse_time(job["metadata"].get("creationTimestamp"))
-            if created is not None:
-                wait = (datetime.now(UTC) - created).total_seconds()
-                ns = job["metadata"]["namespace"]
-                self.metrics.admission_wait_seconds.labels(namespace=ns).observe(wait)
+            self._announce_admission(job, old)
         if (
             _admitted_reason(new) == REASON_PODS_READY_TIMEOUT
             and _admitted_reason(old) != REASON_PODS_READY_TIMEOUT
@@ -312,10 +397,23 @@ class Reconciler:
         if changed or (not now and uid not in self.book):  # or it waits for a first pass
             self.admission.request()
 
+    def _announce_admission(self, job: Obj, old: dict[str, Any]) -> None:
+        """The Admitted event and the admission-wait metric, once per admission."""
+        # The planner's events are per transition of the job; admission is the
+        # executor's news (the planner cannot tell a pass's admission from a restart).
+        self.api.emit_event(job, EVENT_NORMAL, REASON_ADMITTED, "the whole gang fits")
+        since = (old.get("admission") or {}).get("lastRequeueTime")
+        created = parse_time(since) or parse_time(job["metadata"].get("creationTimestamp"))
+        if created is not None:
+            wait = (datetime.now(UTC) - created).total_seconds()
+            ns = job["metadata"]["namespace"]
+            self.metrics.admission_wait_seconds.labels(namespace=ns).observe(wait)
+
     def _forget(self, key: JobKey, job: Obj | None) -> None:
         self.metrics.observe_phase(key, None)
         self._failures.pop(key, None)
         if job is not None:
             self._ensured.pop(job["metadata"]["uid"], None)
+            self._create_failures.pop(job["metadata"]["uid"], None)
             self.book.forget(job["metadata"]["uid"])
         self.request_admission()  # its pods and reservation free room

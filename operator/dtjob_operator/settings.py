@@ -52,6 +52,9 @@ class OperatorSettings(BaseSettings):
     InvalidSpec naming the volume."""
     progress_sync_seconds: float = Field(default=5.0, gt=0, le=3600)
     """While a job runs, how often its progress is copied into status at the latest."""
+    force_delete_margin_seconds: float = Field(default=30.0, ge=0, le=3600)
+    """A pod terminating on a lost node (NotReady, Unknown, gone, out-of-service) is
+    force-deleted this long after its grace period ended (docs/lifecycle.md)."""
     resync_seconds: float = Field(default=10.0, gt=0, le=3600)
     """How often a job that waits for something unwatched (pods to vanish) is looked at."""
 

@@ -18,7 +18,12 @@ from pydantic import ValidationError
 
 from dtjob_operator.api.spec import DistributedTrainingJobSpec
 from dtjob_operator.api.status import DistributedTrainingJobStatus, JobPhase, Progress
-from dtjob_operator.constants import STATUS_FALSE, STATUS_TRUE
+from dtjob_operator.constants import (
+    CONDITION_ADMITTED,
+    CONDITION_RUNNING,
+    STATUS_FALSE,
+    STATUS_TRUE,
+)
 from dtjob_operator.envcontract import job_roles
 from dtjob_operator.policies.pods import Pod, is_finished, is_ready, phase_of, role_of
 from dtjob_operator.policies.times import format_time
@@ -43,6 +48,7 @@ class StatusDecision:
     phase: JobPhase
     conditions: Sequence[ConditionUpdate] = ()
     restarts: int = 0
+    counted_restarts: int = 0
     start_time: datetime | None = None
     completion_time: datetime | None = None
     last_restart_time: datetime | None = None
@@ -106,6 +112,16 @@ def apply_conditions(
     return result
 
 
+def reason_of(conditions: Sequence[Mapping[str, Any]]) -> str | None:
+    """The one word for `kubectl get dtj`: Running=False's reason, else Admitted=False's;
+    None while the job runs (or before either condition exists)."""
+    for type_ in (CONDITION_RUNNING, CONDITION_ADMITTED):
+        for c in conditions:
+            if c.get("type") == type_ and c.get("status") == STATUS_FALSE:
+                return str(c.get("reason") or "") or None
+    return None
+
+
 def progress_of(reported: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """The trainer's progress document in status form; unknown keys are dropped and a
     malformed document is ignored (a trainer must not be able to break the status)."""
@@ -131,15 +147,18 @@ def compute_status(
     """The full status document. `spec` is None for a spec that does not parse (no replica
     counts then); `progress` is the trainer's latest report, else the prior one is kept."""
     replicas = count_replicas(spec, decision.gang) if spec is not None else {}
+    conditions = apply_conditions(
+        prior.get("conditions") or [], decision.conditions, now, observed_generation
+    )
     status = DistributedTrainingJobStatus.model_validate(
         {
             "phase": decision.phase,
-            "conditions": apply_conditions(
-                prior.get("conditions") or [], decision.conditions, now, observed_generation
-            ),
+            "conditions": conditions,
+            "reason": reason_of(conditions),
             "replicaStatuses": replicas,
             "ready": ready_column(replicas) if replicas else None,
             "restarts": decision.restarts,
+            "countedRestarts": decision.counted_restarts,
             "startTime": _time(decision.start_time),
             "completionTime": _time(decision.completion_time),
             "lastRestartTime": _time(decision.last_restart_time),

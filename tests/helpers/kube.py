@@ -235,3 +235,25 @@ def pod_deletions(kubeconfig: Path, namespace: str, prefix: str) -> list[str] | 
                     f"{record.get('responseStatus', {}).get('code')}"
                 )
     return found
+
+
+def kill_kubelet(api: client.ApiClient, node: str) -> None:
+    """Play a dead kubelet on a fake node: take over its Lease in kube-node-lease, so KWOK
+    stops heartbeating the node and confirming its pods' deletions. The node lifecycle
+    controller marks it Ready=Unknown ~40-50 s later; its deleted pods stay Terminating
+    until they are force-deleted or the Node is deleted."""
+    # A holder whose lease is still valid for an hour: KWOK does not take an unexpired lease
+    # back, and the node lifecycle controller sees its renewTime stand still.
+    now = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
+    leases = client.CoordinationV1Api(api)
+    leases.patch_namespaced_lease(
+        node,
+        "kube-node-lease",
+        {
+            "spec": {
+                "holderIdentity": "dead-kubelet",
+                "renewTime": now,
+                "leaseDurationSeconds": 3600,
+            }
+        },
+    )

@@ -188,6 +188,14 @@ BAD: list[tuple[str, str, dict[str, Any], str, str]] = [
      "spec.roles.worker.extendedResources", "must not list gpuResource"),
     ("port-out-of-range", "job", with_(DP, network={"masterPort": 80}),
      "spec.network.masterPort", "should be greater than or equal to 1024"),
+    ("failure-rule-without-matcher", "job",
+     with_(DP, runPolicy={"podFailurePolicy": {"rules": [{"action": "Ignore"}]}}),
+     "spec.runPolicy.podFailurePolicy.rules[0]",
+     "exactly one of onExitCodes and onPodConditions"),
+    ("failure-rule-unknown-action", "job",
+     with_(DP, runPolicy={"podFailurePolicy": {"rules": [
+         {"action": "Retry", "onExitCodes": {"operator": "In", "values": [3]}}]}}),
+     "spec.runPolicy.podFailurePolicy.rules[0].action", 'Unsupported value: "Retry"'),
 ]  # fmt: skip
 
 
@@ -306,7 +314,9 @@ def test_status_subresource_and_printer_columns(
     assert stored["status"]["restarts"] == 0  # defaulted by the server from the model
     table = table_of(jobs, meta["namespace"], meta["name"])
     columns = [c["name"] for c in table["columnDefinitions"]]
-    assert columns == ["Name", "Strategy", "Phase", "Ready", "Queue", "Step", "Loss", "Age"]
+    assert columns == [
+        "Name", "Strategy", "Phase", "Ready", "Queue", "Step", "Loss", "Reason", "Age"
+    ]  # fmt: skip
     (row,) = table["rows"]
     assert row["cells"][:7] == ["running-job", "DataParallel", "Running", "2/2", None, 40, 0.25]
 

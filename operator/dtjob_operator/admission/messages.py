@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from dtjob_operator.admission.diagnose import never_fits
 from dtjob_operator.admission.fit import Node, PodDemand, Quota
 from dtjob_operator.admission.resources import GPU, PODS, format_amount, is_gpu
 
@@ -72,7 +73,10 @@ def capacity_short(gang: Sequence[PodDemand], nodes: Sequence[Node]) -> str:
 
 
 def capacity_never(gang: Sequence[PodDemand], nodes: Sequence[Node]) -> str:
-    """Even empty, the Ready nodes could not hold the gang."""
+    """Even empty, the Ready nodes could not hold the gang: the filter that excludes every
+    node when there is one (diagnose.py), else the numbers."""
+    if (why := never_fits(gang, nodes)) is not None:
+        return f"can never be admitted: {why}"
     device = accelerator(gang)
     biggest = max((n.allocatable.get(device, 0) for n in nodes), default=0)
     return (

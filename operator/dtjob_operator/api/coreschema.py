@@ -20,6 +20,7 @@ What `extract` keeps and changes, so that the result is a structural CRD schema:
   map-type lists, which a CRD requires to be required or defaulted;
 - ObjectMeta inside the template (ephemeral volume claims) reduced to labels and
   annotations; `ephemeralContainers` left out (it cannot be set when a pod is created),
+  so are the volume sources whose in-tree plugins 1.33 no longer runs (_DROPPED_PROPERTIES),
   `containers` optional (the operator adds the trainer).
 
 `python -m dtjob_operator.api.coreschema SOURCE.json` rewrites core_v1.json; a unit test
@@ -45,7 +46,14 @@ _INT_OR_STRING = {
     "io.k8s.apimachinery.pkg.api.resource.Quantity",
 }
 _OBJECT_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
-_DROPPED_PROPERTIES = {"PodSpec": {"ephemeralContainers"}}
+_DROPPED_PROPERTIES = {
+    "PodSpec": {"ephemeralContainers"},
+    # In-tree volume plugins that 1.33 kubelets no longer have (removed, or gitRepo: off by
+    # default): a pod using them cannot start, so the template refuses them at apply; and
+    # the CRD must stay under the 256 KiB of a client-side `kubectl apply`.
+    "Volume": {"flocker", "gitRepo", "glusterfs", "photonPersistentDisk", "quobyte", "scaleIO",
+               "storageos"},
+}  # fmt: skip
 # The operator adds the trainer container, so a template may have none of its own.
 _OPTIONAL = {"PodSpec": {"containers"}}
 # String formats the API server checks in a CRD. Numeric ones (int32, int64, double) are

@@ -48,6 +48,7 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Queue", "type": "integer", "jsonPath": ".status.queuePosition"},
     {"name": "Step", "type": "integer", "jsonPath": ".status.progress.step"},
     {"name": "Loss", "type": "number", "jsonPath": ".status.progress.loss"},
+    {"name": "Reason", "type": "string", "jsonPath": ".status.reason"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 INT_OR_STRING = "x-kubernetes-int-or-string"

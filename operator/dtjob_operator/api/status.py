@@ -102,10 +102,17 @@ class DistributedTrainingJobStatus(ApiModel):
     """Latest observations of the job's state."""
     replicaStatuses: dict[str, ReplicaStatus] = Field(default_factory=dict)
     """Pod counts per role."""
+    reason: str | None = None
+    """Why the job is not running, in one word (the REASON column): the reason of the
+    Running=False condition (ImagePullBackOff, Unschedulable, CreateFailed, Disrupted,
+    BackoffLimitExceeded, ...), else of Admitted=False (WaitingForAdmission, ...)."""
     ready: str | None = None
     """Ready pods over total pods (the READY column)."""
     restarts: int = 0
-    """Gang restarts so far."""
+    """Gang restarts so far, whatever their cause."""
+    countedRestarts: int | None = None
+    """The gang restarts charged against runPolicy.backoffLimit: restarts less those after
+    a disruption (eviction, preemption, drain, a lost node) or an Ignore rule."""
     startTime: str | None = None
     """When the job's pods were first created."""
     completionTime: str | None = None

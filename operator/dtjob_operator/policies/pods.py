@@ -50,6 +50,12 @@ def generation_of(pod: Pod) -> int | None:
     return _int_label(pod, LABEL_GENERATION)
 
 
+def node_of(pod: Pod) -> str | None:
+    """spec.nodeName (None before the pod is scheduled)."""
+    value = (pod.get("spec") or {}).get("nodeName")
+    return value if isinstance(value, str) else None
+
+
 def phase_of(pod: Pod) -> str:
     """status.phase (Pending when the API has not reported one yet)."""
     return str((pod.get("status") or {}).get("phase") or "Pending")

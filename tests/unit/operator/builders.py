@@ -194,6 +194,38 @@ class PodBuilder:
         self._status.update({"phase": "Failed", "reason": "Evicted", "message": message})
         return self
 
+    def disrupted(self, reason: str = "EvictionByEvictionAPI") -> PodBuilder:
+        """Carries DisruptionTarget=True, as the Eviction API, preemption or the taint
+        manager leave it before deleting the pod."""
+        conditions = self._status.setdefault("conditions", [])
+        conditions.append({"type": "DisruptionTarget", "status": "True", "reason": reason})
+        return self
+
+    def waiting(
+        self, reason: str, message: str = "", container: str = TRAINER_CONTAINER
+    ) -> PodBuilder:
+        """Pending with a container waiting for `reason` (ImagePullBackOff, ...)."""
+        waiting = {"reason": reason, "message": message} if message else {"reason": reason}
+        self._status["containerStatuses"] = [
+            {"name": container, "ready": False, "state": {"waiting": waiting}}
+        ]
+        return self
+
+    def unschedulable(self, message: str) -> PodBuilder:
+        """Pending: the scheduler found no node (PodScheduled=False, Unschedulable)."""
+        condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+        self._status["conditions"] = [{**condition, "message": message}]
+        return self
+
+    def created(self, at_seconds: float) -> PodBuilder:
+        """metadata.creationTimestamp (what the pods-ready timeout counts from)."""
+        self._pod["metadata"]["creationTimestamp"] = iso(at_seconds)
+        return self
+
+    def on_node(self, node: str) -> PodBuilder:
+        self._pod.setdefault("spec", {})["nodeName"] = node
+        return self
+
     def terminating(self, since: float = 0) -> PodBuilder:
         self._pod["metadata"]["deletionTimestamp"] = iso(since)
         return self

@@ -92,6 +92,7 @@ def test_printer_columns(generated: dict[str, Any]) -> None:
         "Queue": ("integer", ".status.queuePosition"),
         "Step": ("integer", ".status.progress.step"),
         "Loss": ("number", ".status.progress.loss"),
+        "Reason": ("string", ".status.reason"),
         "Age": ("date", ".metadata.creationTimestamp"),
     }
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from unit.operator.builders import a_job, at, iso, pods
+from unit.operator.builders import JobBuilder, PodBuilder, a_job, at, iso, pods
 from unit.operator.planning import (
     DDP,
     GANG_0,
@@ -22,7 +22,8 @@ from unit.operator.planning import (
     w,
 )
 
-from dtjob_operator.lifecycle import Observed, plan
+from dtjob_operator.lifecycle import Observed, Plan, plan
+from dtjob_operator.policies.create_errors import CreateError
 
 
 def env_of(manifest: dict[str, Any]) -> dict[str, str]:
@@ -196,3 +197,143 @@ def test_never_stuck_in_restarting() -> None:
                 observed,
                 now,
             )
+
+
+# --- the API server refuses a create (Observed.create_error) --------------------------------
+
+
+def _refused(
+    job: JobBuilder, code: int, message: str, *observed: PodBuilder, now: float = 1
+) -> Plan:
+    error = CreateError("Pod", "j-worker-1", code, "X", message)
+    return plan(
+        Observed(
+            job=job.obj(), pods=pods(*observed), children=SUPPORT, now=at(now), create_error=error
+        ),
+        SETTINGS,
+    )
+
+
+def test_permanent_refusal_fails_the_job_and_deletes_the_whole_gang() -> None:
+    p = _refused(DDP, 422, 'Pod "j-worker-1" is invalid: spec.containers[0].image: Required value')
+    assert p.status["phase"] == "Failed"
+    failed = condition(p, "Failed")
+    assert failed["reason"] == "InvalidSpec"
+    assert "spec.containers[0].image" in failed["message"] and "j-worker-1" in failed["message"]
+    # j-worker-0 may have been created in the same pass: it is not observed, still deleted.
+    assert p.delete_pods == ["j-worker-0", "j-worker-1"]
+    # (A fresh job's Normal EphemeralCheckpoints event may come first.)
+    assert [e.reason for e in p.events if e.type == "Warning"] == ["InvalidSpec"]
+
+
+def test_transient_refusal_keeps_the_phase_and_says_why_once() -> None:
+    message = 'pods "j-worker-1" is forbidden: exceeded quota: gpus'
+    first = _refused(DDP, 403, message)
+    assert first.status["phase"] == "Starting"
+    running = condition(first, "Running")
+    assert running["reason"] == "CreateFailed" and "exceeded quota" in running["message"]
+    assert "CreateFailed" in [e.reason for e in first.events]
+    # The next pass meets the same refusal: same condition, no second event.
+    again = _refused(DDP.copy().with_full_status(first.status), 403, message, w(0), now=3)
+    assert condition(again, "Running")["reason"] == "CreateFailed"
+    assert "CreateFailed" not in [e.reason for e in again.events]
+    # Once the create goes through, the condition says how many pods are ready again.
+    ok = run(DDP.copy().with_full_status(again.status), w(0), w(1), now=5)
+    assert condition(ok, "Running")["reason"] == "PodsNotReady"
+
+
+# --- disruptions and lost nodes ----------------------------------------------------------------
+
+
+def test_eviction_restarts_the_gang_without_consuming_backoff_limit_0() -> None:
+    job = DDP.copy().with_run_policy(backoffLimit=0, backoffSeconds=1)
+    running = after(after(job), ready(0), ready(1), now=1)
+    p = run(running, ready(0), ready(1).disrupted().terminating(10), now=2)
+    assert p.status["phase"] == "Restarting"
+    assert (p.status["restarts"], p.status["countedRestarts"]) == (1, 0)
+    assert condition(p, "Restarting")["reason"] == "Disrupted"
+    assert "Disrupted" in [e.reason for e in p.events]
+    # A second eviction is not counted either; a real failure then is the first counted one.
+    again = after(
+        after(job.copy().with_full_status(p.status), now=5), ready(0, 1), ready(1, 1), now=6
+    )
+    p = run(again, ready(0, 1).disrupted().terminating(10), ready(1, 1), now=7)
+    assert (p.status["phase"], p.status["restarts"], p.status["countedRestarts"]) == (
+        "Restarting",
+        2,
+        0,
+    )
+    again = after(
+        after(job.copy().with_full_status(p.status), now=20), ready(0, 2), ready(1, 2), now=21
+    )
+    p = run(again, ready(0, 2), w(1, 2).failed(137, finished_at=22), now=22)
+    assert p.status["phase"] == "Failed"
+    assert condition(p, "Failed")["reason"] == "BackoffLimitExceeded"
+
+
+def test_a_status_without_counted_restarts_counts_every_restart() -> None:
+    job = DDP.copy().with_run_policy(backoffLimit=1, backoffSeconds=1)
+    running = after(after(job), ready(0), ready(1), now=1)
+    status = dict(running.obj()["status"], restarts=1)
+    status.pop("countedRestarts", None)
+    p = run(job.copy().with_full_status(status), ready(0, 1), w(1, 1).failed(137), now=2)
+    assert condition(p, "Failed")["reason"] == "BackoffLimitExceeded"
+
+
+def _with_lost(job: JobBuilder, lost: set[str], *observed: PodBuilder, now: float) -> Plan:
+    return plan(
+        Observed(
+            job=job.obj(), pods=pods(*observed), children=SUPPORT, now=at(now), lost_nodes=lost
+        ),
+        SETTINGS,
+    )
+
+
+def test_pod_stuck_terminating_on_a_lost_node_is_force_deleted_after_grace_and_margin() -> None:
+    margin = SETTINGS.force_delete_margin_seconds
+    stuck = w(1).running().terminating(since=10).on_node("dead")
+    # Restarting: the survivor is deleted normally; the stuck one waits for grace + margin.
+    p = _with_lost(
+        RESTARTING, {"dead"}, w(0).running().terminating(20).on_node("ok"), stuck, now=21
+    )
+    assert p.force_delete_pods == []
+    assert p.requeue_after is not None and p.requeue_after <= 10 + margin - 21 + 0.001
+    p = _with_lost(RESTARTING, {"dead"}, stuck, now=10 + margin)
+    assert p.force_delete_pods == ["j-worker-1"]
+    # The same pod on a healthy node is left to its kubelet.
+    p = _with_lost(RESTARTING, set(), w(1).running().terminating(10).on_node("ok"), now=10 + margin)
+    assert p.force_delete_pods == []
+
+
+def test_member_lost_with_its_node_restarts_without_counting() -> None:
+    p = _with_lost(
+        RUNNING, {"dead"}, ready(0).on_node("ok"), ready(1).terminating(30).on_node("dead"), now=31
+    )
+    assert p.status["phase"] == "Restarting"
+    assert condition(p, "Restarting")["reason"] == "Disrupted"
+    assert p.status["countedRestarts"] == 0
+
+
+def test_child_conflict_waits_without_restarting_the_gang() -> None:
+    from dtjob_operator.policies.ownership import ownership_conflict
+
+    error = ownership_conflict(
+        {"metadata": {"ownerReferences": []}}, "ServiceAccount", "j-trainer", "j", "uid-j"
+    )
+    assert error is not None
+    first = plan(Observed(job=DDP.obj(), children=SUPPORT, now=at(1), create_error=error), SETTINGS)
+    running = condition(first, "Running")
+    assert running["reason"] == "ChildConflict" and "not owned by this job" in running["message"]
+    assert first.status["reason"] == "ChildConflict"
+    # Next pass: no pods exist, which is no lost member: the gang is created, not restarted.
+    p = run(DDP.copy().with_full_status(first.status), now=3)
+    assert p.status["phase"] == "Starting" and p.status["restarts"] == 0
+    assert created(p) == GANG_0
+
+
+def test_refused_after_admission_gives_the_admission_back() -> None:
+    admitted = after(DDP, now=0)  # Admitted=True, Starting
+    p = _refused(admitted, 422, 'Pod "j-worker-1" is invalid: spec.x: Invalid value', now=1)
+    assert p.status["phase"] == "Failed"
+    assert condition(p, "Admitted")["status"] == "False"
+    assert condition(p, "Admitted")["reason"] == "InvalidSpec"

@@ -105,6 +105,7 @@ def test_compute_status_golden() -> None:
         phase=JobPhase.STARTING,
         conditions=[ConditionUpdate("Running", False, "PodsNotReady", "1/2 pods ready")],
         restarts=1,
+        counted_restarts=1,
         start_time=at(0),
         last_restart_time=at(30),
         gang=gang,
@@ -127,8 +128,10 @@ def test_compute_status_golden() -> None:
         "replicaStatuses": {
             "worker": {"total": 2, "active": 2, "ready": 1, "succeeded": 0, "failed": 0}
         },
+        "reason": "PodsNotReady",
         "ready": "1/2",
         "restarts": 1,
+        "countedRestarts": 1,
         "startTime": iso(0),
         "lastRestartTime": iso(30),
         "progress": {"step": 7},
