@@ -41,7 +41,6 @@ def test_torchrun_child_retryable_code_restarts_and_resumes_from_pvc(
     # Checkpoint every 50 steps; rank 1 exits 75 at step 100, once (a resumed run goes on).
     _apply(e2e, ns, name, ["--steps", "200", "--fail-at-step", "100"], claim=claim)
     rows: list[tuple[int, str]] = []  # (status step, printed row)
-    resumed: list[int] = []
     restart_messages: list[str] = []
 
     def seen(obj: dict[str, Any], row: str) -> None:
@@ -51,16 +50,14 @@ def test_torchrun_child_retryable_code_restarts_and_resumes_from_pvc(
             rows.append((progress["step"], row))
         if msg := _condition(obj, "Restarting").get("message"):
             restart_messages.append(msg)
-        if st.get("restarts", 0) >= 1 and st.get("phase") == "Running" and st.get("progress"):
-            resumed.append(st["progress"]["step"])
 
     done = watch_job(e2e, ns, name, timeout=900, on_poll=seen)
     st = done["status"]
     assert st["phase"] == "Succeeded", st
     assert st["restarts"] == 1, st
     assert st["progress"]["step"] == 200, st
-    # The gang came back at the step-100 checkpoint, not at 0.
-    assert resumed and min(resumed) >= 100, resumed
+    # The new gang came back at the step-100 checkpoint, not at 0 (its rank 0 says so; the
+    # status may show the old gang's last report until the new one's first).
     log = e2e.kubectl("logs", "-n", ns, f"{name}-worker-0", check=False)
     assert "resuming at step 100" in log, log[-2000:]
     # Classified by the child's code, not torchrun's own exit 1.
