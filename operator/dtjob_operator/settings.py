@@ -73,6 +73,19 @@ class OperatorSettings(BaseSettings):
     leader_lease_seconds: float = Field(default=15.0, gt=0, le=600)
     """How long a leader's Lease lasts without renewal before another replica takes over."""
 
+    api_connect_timeout_seconds: float = Field(default=5.0, gt=0, le=300)
+    """Connect timeout of every Kubernetes API call and watch."""
+    api_read_timeout_seconds: float = Field(default=30.0, gt=0, le=600)
+    """Read timeout of every Kubernetes API call (not watches): a call whose answer does not
+    come in this long fails and is retried, so a half-open connection never blocks a worker."""
+    watch_inactivity_seconds: float = Field(default=70.0, gt=0, le=3600)
+    """A watch that has seen no event (bookmarks included) this long is re-opened from where it
+    was; the API server sends a bookmark about every minute on a healthy watch."""
+    max_object_depth: int = Field(default=100, ge=10, le=5000)
+    """Deepest nesting of maps and lists a job may have; a deeper job is failed with reason
+    InvalidSpec instead of being planned (no real spec comes near; a hostile one could
+    exhaust the operator's stack)."""
+
     @field_validator("namespaces", mode="before")
     @classmethod
     def _split_namespaces(cls, value: object) -> object:
