@@ -26,7 +26,7 @@ log = logging.getLogger("dtjob_operator")
 # RecursionError, for every job. With this limit anything the API server can store decodes;
 # the planner then refuses the deep job alone (settings.max_object_depth). Threads get a
 # larger stack so that the C recursion this allows fits in it.
-RECURSION_LIMIT = 20_000
+RECURSION_LIMIT = 50_000
 THREAD_STACK_BYTES = 64 * 1024 * 1024
 
 # How long to wait before starting kopf's watches again after they stopped on an error.
