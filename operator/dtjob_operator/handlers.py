@@ -18,6 +18,20 @@ from dtjob_operator.constants import LABEL_JOB_NAME
 from dtjob_operator.reconcile import Reconciler
 from dtjob_operator.settings import OperatorSettings
 
+# What kopf itself calls for the handlers below: a list then a watch per watched resource,
+# namespaces and CRDs (it follows them coming and going), and events it posts. With
+# k8s.API_CALLS, all the chart grants (tests/unit/operator/test_chart.py).
+KOPF_CALLS: frozenset[tuple[str, str, str]] = frozenset(
+    {
+        *((group, resource, verb)
+          for group, resource in ((GROUP, PLURAL), ("", "pods"), ("", "configmaps"),
+                                  ("", "resourcequotas"), ("", "namespaces"),
+                                  ("apiextensions.k8s.io", "customresourcedefinitions"))
+          for verb in ("list", "watch")),
+        ("", "events", "create"),
+    }
+)  # fmt: skip
+
 
 class EndlessBackoffs:
     """Retry delays for kopf's API requests that never run out (1, 1, 2, 3, 5, 8, then

@@ -101,8 +101,9 @@ def test_the_first_answer_after_an_outage_fires_on_recovered(silent_server: int)
 
     api_client.on_recovered = on_recovered
     api = KubeApi(api_client)
-    with pytest.raises(Exception):
+    with pytest.raises(Exception) as err:
         api.list_nodes()
+    assert is_transport_error(err.value)
     # The server comes back (a tiny HTTP server answering one empty list).
     srv = socket.socket()
     srv.bind(("127.0.0.1", port))

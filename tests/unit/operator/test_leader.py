@@ -82,9 +82,10 @@ def test_a_renewing_leader_whose_clock_is_an_hour_behind_keeps_the_lease() -> No
     a = elector(store, "a", clock, now - timedelta(hours=1))  # renewTime an hour "old"
     b = elector(store, "b", clock, now)
     assert a.round()
-    for _ in range(20):
+    for i in range(20):
         clock.now += LEASE / 3
-        a.wall_clock = lambda t=a.wall_clock() + timedelta(seconds=LEASE / 3): t
+        wall = now - timedelta(hours=1) + timedelta(seconds=(i + 1) * LEASE / 3)
+        a.wall_clock = lambda wall=wall: wall
         assert a.round()
         assert not b.round() and not b.is_leader()
     assert a.is_leader()
