@@ -12,6 +12,7 @@ import time
 import kopf
 
 from dtjob_operator import handlers
+from dtjob_operator.health import serve_liveness
 from dtjob_operator.k8s import KubeApi, load_client_config
 from dtjob_operator.leader import LeaderElector
 from dtjob_operator.metrics import OperatorMetrics
@@ -31,6 +32,8 @@ THREAD_STACK_BYTES = 64 * 1024 * 1024
 
 # How long to wait before starting kopf's watches again after they stopped on an error.
 KOPF_RESTART_DELAY = 5.0
+# kopf's loop beats every 5 s (handlers.LOOP_BEAT_SECONDS); this much silence means stuck.
+LOOP_SILENT_SECONDS = 60.0
 
 
 def main() -> None:
@@ -43,6 +46,9 @@ def main() -> None:
     logging.getLogger("kopf").setLevel(
         max(logging.WARNING, logging.getLevelName(settings.log_level))
     )
+    # Each retry of a refused connection is a WARNING with a long line; our own log says
+    # once per reconcile that the API server is unreachable.
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
     sys.setrecursionlimit(max(sys.getrecursionlimit(), RECURSION_LIMIT))
     threading.stack_size(THREAD_STACK_BYTES)
     api_client = load_client_config(
@@ -66,6 +72,13 @@ def main() -> None:
     reconciler.start(settings.workers)
     if settings.metrics_port:
         reconciler.metrics.serve(settings.metrics_port)
+    if settings.liveness_endpoint:
+        serve_liveness(
+            settings.liveness_endpoint,
+            lambda: reconciler.heartbeats.verdict(
+                settings.liveness_stuck_seconds, LOOP_SILENT_SECONDS
+            ),
+        )
     if elector is not None:
         elector.on_started_leading = reconciler.enqueue_all
         elector.on_stopped_leading = reconciler.on_lost_leadership
@@ -92,7 +105,7 @@ def run_kopf(registry: kopf.OperatorRegistry, settings: OperatorSettings) -> Non
                 registry=registry,
                 clusterwide=not settings.namespaces,
                 namespaces=settings.namespaces,
-                liveness_endpoint=settings.liveness_endpoint or None,
+                liveness_endpoint=None,  # ours (health.py) also sees the workers
                 standalone=True,
                 peering_name=None,
             )

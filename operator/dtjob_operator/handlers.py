@@ -6,6 +6,7 @@ the work queue gives one-reconcile-per-job-at-a-time and collapses bursts of pod
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 from collections.abc import Iterator, Mapping
@@ -17,6 +18,8 @@ from dtjob_operator.api import GROUP, PLURAL, VERSION
 from dtjob_operator.constants import LABEL_JOB_NAME
 from dtjob_operator.reconcile import Reconciler
 from dtjob_operator.settings import OperatorSettings
+
+LOOP_BEAT_SECONDS = 5.0
 
 # What kopf itself calls for the handlers below: a list then a watch per watched resource,
 # namespaces and CRDs (it follows them coming and going), and events it posts. With
@@ -72,6 +75,18 @@ def register(
     @kopf.on.startup(registry=registry)
     def on_startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         configure_kopf(settings, operator_settings)
+
+    # The liveness probe's proof that kopf's event loop (every watch) is still running.
+    beats: list[asyncio.Task[None]] = []
+
+    @kopf.on.startup(registry=registry)
+    async def start_loop_heartbeat(**_: Any) -> None:
+        async def beat() -> None:
+            while True:
+                reconciler.heartbeats.loop_beat()
+                await asyncio.sleep(LOOP_BEAT_SECONDS)
+
+        beats.append(asyncio.get_running_loop().create_task(beat(), name="dtjob heartbeat"))
 
     operator_settings = settings
 

@@ -34,6 +34,7 @@ from dtjob_operator.constants import (
     REASON_RECONCILE_ERROR,
     STATUS_TRUE,
 )
+from dtjob_operator.health import Heartbeats
 from dtjob_operator.k8s import KubeApi, NotLeaderError, Obj, is_transport_error
 from dtjob_operator.metrics import OperatorMetrics
 from dtjob_operator.naming import progress_config_map_name
@@ -117,6 +118,7 @@ class Reconciler:
         self.metrics = metrics
         self.is_leader = is_leader
         self.queue = WorkQueue()
+        self.heartbeats = Heartbeats()
         self.book = AdmissionBook()
         self.admission: AdmissionController | None = None
         if settings.admission == "builtin":
@@ -190,12 +192,14 @@ class Reconciler:
                 if not self.is_leader():
                     self.queue.add_after(key, NOT_LEADER_RETRY)
                     continue
+                self.heartbeats.started("/".join(key))
                 self._reconcile_and_requeue(key)
             except NotLeaderError:
                 # Leadership lost in the middle of a reconcile: the write was refused before
                 # it left; the new leader (or we, again) will redo the whole pass.
                 self.queue.add_after(key, NOT_LEADER_RETRY)
             finally:
+                self.heartbeats.finished()
                 self.queue.done(key)
 
     def _reconcile_and_requeue(self, key: JobKey) -> None:

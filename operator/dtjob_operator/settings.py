@@ -25,7 +25,11 @@ class OperatorSettings(BaseSettings):
     metrics_port: int = Field(default=8000, ge=0, le=65535)
     """Port of the Prometheus /metrics endpoint; 0 turns it off."""
     liveness_endpoint: str = "http://0.0.0.0:8080/healthz"
-    """kopf liveness endpoint; empty turns it off."""
+    """Liveness endpoint (health.py): 503 when a reconcile is stuck or the watch loop is
+    silent, so the kubelet restarts the pod; empty turns it off."""
+    liveness_stuck_seconds: float = Field(default=300.0, ge=10, le=86400)
+    """A reconcile in flight longer than this makes the liveness endpoint fail (every API
+    call has a timeout, so only something truly stuck gets there)."""
     log_level: str = Field(default="INFO", pattern=r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL)$")
     """Python log level."""
     standalone: bool = False

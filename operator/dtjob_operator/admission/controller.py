@@ -31,7 +31,7 @@ from dtjob_operator.admission.snapshot import (
     is_admitted,
     requeue_not_before,
 )
-from dtjob_operator.k8s import KubeApi
+from dtjob_operator.k8s import KubeApi, is_transport_error
 from dtjob_operator.metrics import OperatorMetrics
 from dtjob_operator.policies.times import parse_time
 from dtjob_operator.policies.too_deep import too_deep_path
@@ -189,8 +189,11 @@ class AdmissionController:
                 continue
             try:
                 self.run_pass()
-            except Exception:
-                log.exception("admission pass failed; retrying")
+            except Exception as exc:
+                if is_transport_error(exc):  # an outage: one line, not a traceback a second
+                    log.warning("admission pass: API server unreachable; retrying")
+                else:
+                    log.exception("admission pass failed; retrying")
                 self._stop.wait(1.0)
                 self._wake.set()
             self._stop.wait(self.settings.admission_min_interval_seconds)

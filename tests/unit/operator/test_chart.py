@@ -99,13 +99,14 @@ def test_operator_runs_unprivileged_with_a_read_only_root() -> None:
     assert pod["serviceAccountName"] == "dtj-dtjob-operator"
 
 
-def test_liveness_probe_hits_kopfs_health_endpoint() -> None:
+def test_liveness_probe_hits_the_operators_health_endpoint() -> None:
     objects = render()
     c = container(objects)
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     assert ports == {"metrics": 8000, "health": 8080}
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert env(objects)["DTJOB_LIVENESS_ENDPOINT"] == "http://0.0.0.0:8080/healthz"
+    assert env(objects)["DTJOB_LIVENESS_STUCK_SECONDS"] == "300"
     assert env(objects)["DTJOB_METRICS_PORT"] == "8000"
 
 
