@@ -47,6 +47,7 @@ API_CALLS: frozenset[tuple[str, str, str]] = frozenset(
         ("", "resourcequotas", "list"),
         ("", "nodes", "list"),
         ("scheduling.k8s.io", "priorityclasses", "list"),
+        ("networking.k8s.io", "networkpolicies", "create"),  # settings.network_policy
         ("rbac.authorization.k8s.io", "roles", "create"),
         ("rbac.authorization.k8s.io", "rolebindings", "create"),
         ("coordination.k8s.io", "leases", "get"),
@@ -161,6 +162,7 @@ class KubeApi:
         self.custom = client.CustomObjectsApi(api_client)
         self.scheduling = client.SchedulingV1Api(api_client)
         self.coordination = client.CoordinationV1Api(api_client)
+        self.networking = client.NetworkingV1Api(api_client)
 
     # -- reads --------------------------------------------------------------------------
 
@@ -275,6 +277,7 @@ class KubeApi:
             "ServiceAccount": self.core.create_namespaced_service_account,
             "Role": self.rbac.create_namespaced_role,
             "RoleBinding": self.rbac.create_namespaced_role_binding,
+            "NetworkPolicy": self.networking.create_namespaced_network_policy,
         }
         if kind not in creators:
             raise ValueError(f"cannot create a {kind}: not a child kind of a job")

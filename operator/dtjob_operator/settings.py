@@ -77,6 +77,9 @@ class OperatorSettings(BaseSettings):
     leader_lease_seconds: float = Field(default=15.0, gt=0, le=600)
     """How long a leader's Lease lasts without renewal before another replica takes over."""
 
+    network_policy: bool = False
+    """Give each job a NetworkPolicy admitting traffic to its pods only from its own pods
+    (rendezvous, NCCL, gloo); it takes effect where the network plugin enforces it."""
     api_connect_timeout_seconds: float = Field(default=5.0, gt=0, le=300)
     """Connect timeout of every Kubernetes API call and watch."""
     api_read_timeout_seconds: float = Field(default=30.0, gt=0, le=600)

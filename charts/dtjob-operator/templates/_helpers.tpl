@@ -106,4 +106,7 @@ tests/unit/operator/test_chart.py fails on any difference.
 - apiGroups: [rbac.authorization.k8s.io]
   resources: [roles, rolebindings]
   verbs: [create]
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [create]
 {{- end }}
