@@ -67,6 +67,10 @@ def is_transport_error(exc: BaseException) -> bool:
     return isinstance(exc, TRANSPORT_ERRORS) or (isinstance(exc, ApiException) and exc.status == 0)
 
 
+# Unreachable at least this long before an answer counts as "the API server is back".
+RECOVERY_MIN_SECONDS = 1.0
+
+
 class NotLeaderError(Exception):
     """A write refused locally: this replica does not hold the leader Lease (any more)."""
 
@@ -125,8 +129,8 @@ class GuardedApiClient(client.ApiClient):
     def _reached(self) -> None:
         with self._lock:
             since, self._unreachable_since = self._unreachable_since, None
-        if since is not None:
-            down = time.monotonic() - since
+        # A call that failed while another got through is a blip, not an outage.
+        if since is not None and (down := time.monotonic() - since) >= RECOVERY_MIN_SECONDS:
             threading.Thread(
                 target=self.on_recovered, args=(down,), name="api-recovered", daemon=True
             ).start()
