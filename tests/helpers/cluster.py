@@ -37,22 +37,22 @@ def _hack_cluster():  # type: ignore[no-untyped-def]
     return cluster
 
 
-def stop_apiserver() -> None:
-    """Stop only the kube-apiserver of the local cluster (DTJOB_CLUSTER_STATE's); etcd,
-    the controllers and KWOK keep running, as in a control-plane outage."""
+def stop_component(name: str) -> None:
+    """Stop one component of the local cluster (DTJOB_CLUSTER_STATE's), e.g. kube-apiserver
+    or etcd; the others keep running, as in a control-plane outage. Its data stays."""
     hc = _hack_cluster()
-    hc.stop(hc.Config.from_env(), ("kube-apiserver",))
+    hc.stop(hc.Config.from_env(), (name,))
 
 
-def start_apiserver(timeout: float = 60) -> None:
-    """Start the kube-apiserver stopped by stop_apiserver() again, same command line, and
-    wait until it is ready."""
+def start_component(name: str, timeout: float = 60) -> None:
+    """Start a component stopped by stop_component() again (same command line) and wait
+    until the API server is ready."""
     import time
 
     hc = _hack_cluster()
     cfg = hc.Config.from_env()
     bins = Path(cfg.state.joinpath("bin-dir").read_text().strip())
-    hc.start(cfg, "kube-apiserver", bins)
+    hc.start(cfg, name, bins)
     api = hc.cluster_api.Api(cfg.server, cfg.pki)
     deadline = time.monotonic() + timeout
     while not api.ready():
