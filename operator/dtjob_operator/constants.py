@@ -112,6 +112,7 @@ REASON_CHILD_CONFLICT: Final = "ChildConflict"
 # --- event-only reasons --------------------------------------------------------------------
 EVENT_CREATED: Final = "Created"  # a gang's pods were created
 EVENT_TTL_EXPIRED: Final = "TTLExpired"  # the finished job is deleted
+REASON_RECONCILE_ERROR: Final = "ReconcileError"  # a reconcile failed unforeseen; retried
 EVENT_NORMAL: Final = "Normal"
 EVENT_WARNING: Final = "Warning"
 

@@ -6,8 +6,10 @@ the work queue gives one-reconcile-per-job-at-a-time and collapses bursts of pod
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import kopf
@@ -17,21 +19,74 @@ from dtjob_operator.constants import LABEL_JOB_NAME
 from dtjob_operator.reconcile import Reconciler
 from dtjob_operator.settings import OperatorSettings
 
+LOOP_BEAT_SECONDS = 5.0
+
+# What kopf itself calls for the handlers below: a list then a watch per watched resource,
+# namespaces and CRDs (it follows them coming and going), and events it posts. With
+# k8s.API_CALLS, all the chart grants (tests/unit/operator/test_chart.py).
+KOPF_CALLS: frozenset[tuple[str, str, str]] = frozenset(
+    {
+        *((group, resource, verb)
+          for group, resource in ((GROUP, PLURAL), ("", "pods"), ("", "configmaps"),
+                                  ("", "resourcequotas"), ("", "namespaces"),
+                                  ("apiextensions.k8s.io", "customresourcedefinitions"))
+          for verb in ("list", "watch")),
+        ("", "events", "create"),
+    }
+)  # fmt: skip
+
+
+class EndlessBackoffs:
+    """Retry delays for kopf's API requests that never run out (1, 1, 2, 3, 5, 8, then
+    `cap` seconds for ever). kopf gives up on a request after its last backoff and the
+    failed watcher then stops the whole operator; ours must outlive any outage. Iterable
+    afresh for each request, and not Sized, so kopf never counts the attempts down."""
+
+    def __init__(self, cap: float) -> None:
+        self.cap = cap
+
+    def __iter__(self) -> Iterator[float]:
+        return itertools.chain((1, 1, 2, 3, 5, 8), itertools.repeat(self.cap))
+
+
+def configure_kopf(kopf_settings: kopf.OperatorSettings, settings: OperatorSettings) -> None:
+    """Timeouts and retries of kopf's own API calls and watches."""
+    # Our handlers never fail, so kopf's own events about handler progress are noise.
+    kopf_settings.posting.level = logging.WARNING
+    connect, read = settings.api_connect_timeout_seconds, settings.api_read_timeout_seconds
+    kopf_settings.networking.connect_timeout = connect
+    kopf_settings.networking.request_timeout = read
+    kopf_settings.networking.error_backoffs = EndlessBackoffs(cap=10)
+    kopf_settings.watching.connect_timeout = connect
+    # The API server ends each watch after server_timeout; the client gives it some slack
+    # and re-opens a watch that has been silent too long (a half-open connection).
+    kopf_settings.watching.server_timeout = 300
+    kopf_settings.watching.client_timeout = 330
+    kopf_settings.watching.inactivity_timeout = settings.watch_inactivity_seconds
+    kopf_settings.watching.reconnect_backoff = 1.0
+
 
 def register(
     registry: kopf.OperatorRegistry, reconciler: Reconciler, settings: OperatorSettings
 ) -> None:
-    """Register the operator's handlers on `registry`."""
+    """Register the operator's handlers on `registry` (the reconciler runs on its own: it is
+    started before kopf and stopped after it, so a restart of kopf's watches leaves it be)."""
 
     @kopf.on.startup(registry=registry)
     def on_startup(settings: kopf.OperatorSettings, **_: Any) -> None:
-        # Our handlers never fail, so kopf's own events about handler progress are noise.
-        settings.posting.level = logging.WARNING
-        settings.watching.server_timeout = 300
-        settings.watching.client_timeout = 330
-        reconciler.start(operator_settings.workers)
-        if operator_settings.metrics_port:
-            reconciler.metrics.serve(operator_settings.metrics_port)
+        configure_kopf(settings, operator_settings)
+
+    # The liveness probe's proof that kopf's event loop (every watch) is still running.
+    beats: list[asyncio.Task[None]] = []
+
+    @kopf.on.startup(registry=registry)
+    async def start_loop_heartbeat(**_: Any) -> None:
+        async def beat() -> None:
+            while True:
+                reconciler.heartbeats.loop_beat()
+                await asyncio.sleep(LOOP_BEAT_SECONDS)
+
+        beats.append(asyncio.get_running_loop().create_task(beat(), name="dtjob heartbeat"))
 
     operator_settings = settings
 
@@ -40,10 +95,6 @@ def register(
     @kopf.on.login(registry=registry)
     def on_login(**kwargs: Any) -> kopf.ConnectionInfo | None:
         return kopf.login_via_client(**kwargs)
-
-    @kopf.on.cleanup(registry=registry)
-    def on_cleanup(**_: Any) -> None:
-        reconciler.stop()
 
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
     def on_job_event(namespace: str | None, name: str, **_: Any) -> None:

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, cast
 
+import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
@@ -23,14 +26,133 @@ Obj = dict[str, Any]
 USER_AGENT = "dtjob-operator"
 
 
+# Every (API group, resource, verb) this module calls, and nothing else ("" is the core
+# group). The chart grants exactly these plus kopf's (handlers.KOPF_CALLS) and what the
+# per-job Role passes on (tests/unit/operator/test_chart.py compares the rendered chart
+# with them; docs/operator.md lists them). A new call needs its row here.
+API_CALLS: frozenset[tuple[str, str, str]] = frozenset(
+    {
+        (GROUP, PLURAL, "get"),
+        (GROUP, PLURAL, "list"),
+        (GROUP, PLURAL, "delete"),  # ttlSecondsAfterFinished
+        (GROUP, f"{PLURAL}/status", "patch"),
+        ("", "pods", "list"),  # a job's, and (admission) every pod on the nodes
+        ("", "pods", "create"),
+        ("", "pods", "delete"),
+        ("", "configmaps", "list"),
+        ("", "configmaps", "create"),
+        ("", "services", "create"),
+        ("", "serviceaccounts", "create"),
+        # A create that finds the name taken reads the object: is it this job's (ownership)?
+        ("", "pods", "get"),
+        ("", "configmaps", "get"),
+        ("", "services", "get"),
+        ("", "serviceaccounts", "get"),
+        ("rbac.authorization.k8s.io", "roles", "get"),
+        ("rbac.authorization.k8s.io", "rolebindings", "get"),
+        ("networking.k8s.io", "networkpolicies", "get"),
+        ("", "persistentvolumeclaims", "get"),  # spec.checkpoint.claimName (CheckpointStorage)
+        ("", "events", "create"),
+        ("", "resourcequotas", "list"),
+        ("", "nodes", "list"),
+        ("scheduling.k8s.io", "priorityclasses", "list"),
+        ("networking.k8s.io", "networkpolicies", "create"),  # settings.network_policy
+        ("rbac.authorization.k8s.io", "roles", "create"),
+        ("rbac.authorization.k8s.io", "rolebindings", "create"),
+        ("coordination.k8s.io", "leases", "get"),
+        ("coordination.k8s.io", "leases", "create"),
+        ("coordination.k8s.io", "leases", "update"),
+    }
+)
+
+# What a call that never reached the API server (or never got its answer) raises: refused
+# or reset connections and the connect/read timeouts below. The client wraps TLS errors
+# in an ApiException with status 0.
+TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (urllib3.exceptions.HTTPError, OSError)
+
+
+def is_transport_error(exc: BaseException) -> bool:
+    """True when `exc` says the API server could not be reached, not that it refused."""
+    return isinstance(exc, TRANSPORT_ERRORS) or (isinstance(exc, ApiException) and exc.status == 0)
+
+
+# Unreachable at least this long before an answer counts as "the API server is back".
+RECOVERY_MIN_SECONDS = 1.0
+
+
+class NotLeaderError(Exception):
+    """A write refused locally: this replica does not hold the leader Lease (any more)."""
+
+
 def _items(resp: object) -> list[Obj]:
     """Items of a list call made with _preload_content=False (raw JSON, camelCase)."""
     items: list[Obj] = json.loads(cast(Any, resp).data)["items"]
     return items
 
 
-def load_client_config() -> client.ApiClient:
-    """In-cluster credentials when running in a pod, else the kubeconfig (KUBECONFIG)."""
+class GuardedApiClient(client.ApiClient):
+    """The one place every API call of the operator passes through.
+
+    - A connect and a read timeout on every call that sets none: a half-open connection
+      would otherwise block a reconcile worker for good.
+    - The leader guard: a replica that does not lead refuses every write locally (its own
+      Lease renewals excepted), however the call got there.
+    - Reachability: after calls failed because the API server was unreachable, the first
+      call that gets an answer fires `on_recovered` (on a thread of its own), so the
+      operator can look at every job again without waiting out its retry backoffs.
+    """
+
+    def __init__(self, configuration: client.Configuration, timeout: tuple[float, float]) -> None:
+        super().__init__(configuration)
+        self.request_timeout = timeout
+        self.may_write: Callable[[], bool] = lambda: True
+        self.on_recovered: Callable[[float], None] = lambda _seconds: None
+        self._lock = threading.Lock()
+        self._unreachable_since: float | None = None
+
+    def call_api(
+        self,
+        method: str,
+        url: str,
+        header_params: Any = None,
+        body: Any = None,
+        post_params: Any = None,
+        _request_timeout: Any = None,
+    ) -> Any:
+        if method not in ("GET", "HEAD") and not self.may_write() and not _is_lease_url(url):
+            raise NotLeaderError(f"{method} {url.split('?')[0]}: this replica does not lead")
+        try:
+            resp = super().call_api(
+                method, url, header_params, body, post_params,
+                _request_timeout or self.request_timeout,
+            )  # fmt: skip
+        except BaseException as exc:
+            if is_transport_error(exc):
+                with self._lock:
+                    if self._unreachable_since is None:
+                        self._unreachable_since = time.monotonic()
+            raise
+        self._reached()
+        return resp
+
+    def _reached(self) -> None:
+        with self._lock:
+            since, self._unreachable_since = self._unreachable_since, None
+        # A call that failed while another got through is a blip, not an outage.
+        if since is not None and (down := time.monotonic() - since) >= RECOVERY_MIN_SECONDS:
+            threading.Thread(
+                target=self.on_recovered, args=(down,), name="api-recovered", daemon=True
+            ).start()
+
+
+def _is_lease_url(url: str) -> bool:
+    return "/apis/coordination.k8s.io/" in url
+
+
+def load_client_config(timeout: tuple[float, float] = (5.0, 30.0)) -> GuardedApiClient:
+    """In-cluster credentials when running in a pod, else the kubeconfig (KUBECONFIG).
+
+    `timeout` is (connect, read) in seconds for every call that sets none."""
     try:
         config.load_incluster_config()  # type: ignore[no-untyped-call]
     except config.ConfigException:
@@ -38,7 +160,7 @@ def load_client_config() -> client.ApiClient:
     cfg = client.Configuration.get_default_copy()
     # Reconcile workers and the per-pod call pool share one connection pool.
     cfg.connection_pool_maxsize = 64
-    api = client.ApiClient(cfg)
+    api = GuardedApiClient(cfg, timeout)
     # Named in the API server's audit log and metrics, apart from other Python clients.
     api.user_agent = USER_AGENT
     return api
@@ -53,6 +175,7 @@ class KubeApi:
         self.custom = client.CustomObjectsApi(api_client)
         self.scheduling = client.SchedulingV1Api(api_client)
         self.coordination = client.CoordinationV1Api(api_client)
+        self.networking = client.NetworkingV1Api(api_client)
 
     # -- reads --------------------------------------------------------------------------
 
@@ -180,6 +303,7 @@ class KubeApi:
             "ServiceAccount": self.core.create_namespaced_service_account,
             "Role": self.rbac.create_namespaced_role,
             "RoleBinding": self.rbac.create_namespaced_role_binding,
+            "NetworkPolicy": self.networking.create_namespaced_network_policy,
         }
         if kind not in creators:
             raise ValueError(f"cannot create a {kind}: not a child kind of a job")
@@ -200,6 +324,7 @@ class KubeApi:
             "ServiceAccount": self.core.read_namespaced_service_account,
             "Role": self.rbac.read_namespaced_role,
             "RoleBinding": self.rbac.read_namespaced_role_binding,
+            "NetworkPolicy": self.networking.read_namespaced_network_policy,
         }
         try:
             resp = readers[kind](name, namespace, _preload_content=False)

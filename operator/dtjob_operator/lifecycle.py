@@ -504,7 +504,7 @@ class _Planner:
         return verdict
 
     def _create_missing_support_objects(self) -> None:
-        for manifest in build_support_objects(self.job):
+        for manifest in build_support_objects(self.job, self.settings):
             if child_key(manifest) not in self.o.children:
                 self.create.append(manifest)
 

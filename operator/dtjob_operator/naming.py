@@ -44,3 +44,8 @@ def role_name(job: str) -> str:
 def role_binding_name(job: str) -> str:
     """The RoleBinding of that Role to the job's ServiceAccount."""
     return f"{job}-progress"
+
+
+def network_policy_name(job: str) -> str:
+    """The NetworkPolicy admitting traffic to the job's pods only from its own pods."""
+    return f"{job}-peers"

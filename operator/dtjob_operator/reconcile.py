@@ -26,15 +26,19 @@ from kubernetes.client.exceptions import ApiException
 from dtjob_operator import lifecycle
 from dtjob_operator.admission.controller import AdmissionBook, AdmissionController
 from dtjob_operator.api.spec import DNS1123_SUBDOMAIN
-from dtjob_operator.api.status import TERMINAL_PHASES
+from dtjob_operator.api.status import TERMINAL_PHASES, JobPhase
 from dtjob_operator.constants import (
     CONDITION_ADMITTED,
     EVENT_NORMAL,
+    EVENT_WARNING,
     REASON_ADMITTED,
+    REASON_INVALID_SPEC,
     REASON_PODS_READY_TIMEOUT,
+    REASON_RECONCILE_ERROR,
     STATUS_TRUE,
 )
-from dtjob_operator.k8s import KubeApi, Obj
+from dtjob_operator.health import Heartbeats
+from dtjob_operator.k8s import KubeApi, NotLeaderError, Obj, is_transport_error
 from dtjob_operator.metrics import OperatorMetrics
 from dtjob_operator.naming import progress_config_map_name
 from dtjob_operator.policies.create_errors import CreateError, create_error_of
@@ -42,6 +46,7 @@ from dtjob_operator.policies.nodes import lost_nodes
 from dtjob_operator.policies.ownership import ownership_conflict
 from dtjob_operator.policies.pods import is_terminating, node_of
 from dtjob_operator.policies.times import parse_time
+from dtjob_operator.policies.too_deep import too_deep_message, too_deep_path, too_deep_status
 from dtjob_operator.settings import OperatorSettings
 from dtjob_operator.workqueue import WorkQueue
 
@@ -58,6 +63,9 @@ ERROR_BACKOFF_BASE = 0.5
 ERROR_BACKOFF_MAX = 300.0
 # First retry of a create the API server refused for a reason that may clear (quota, 5xx).
 CREATE_RETRY_BASE = 1.0
+# While the API server cannot be reached, a retry costs one refused connect: retry often, so
+# that jobs move again within seconds of it coming back.
+UNREACHABLE_BACKOFF_MAX = 5.0
 
 
 def owned_by(obj: Obj, uid: str) -> bool:
@@ -130,6 +138,7 @@ class Reconciler:
         self.metrics = metrics
         self.is_leader = is_leader
         self.queue = WorkQueue()
+        self.heartbeats = Heartbeats()
         self.book = AdmissionBook()
         self.admission: AdmissionController | None = None
         if settings.admission == "builtin":
@@ -141,6 +150,9 @@ class Reconciler:
         self._ensured: dict[str, set[tuple[str, str]]] = {}
         self._failures: dict[JobKey, int] = {}
         self._create_failures: dict[str, int] = {}  # by job UID: refused creates in a row
+        # The identity of each job being reconciled, to attach a Warning event to a job
+        # whose reconcile failed in a way we did not foresee.
+        self._seen: dict[JobKey, Obj] = {}
         self._threads: list[threading.Thread] = []
         # Shared by all reconcile workers for the per-pod API calls of one gang.
         self._pool = ThreadPoolExecutor(max_workers=settings.api_concurrency)
@@ -167,6 +179,20 @@ class Reconciler:
             self.queue.add((job["metadata"]["namespace"], job["metadata"]["name"]))
         self.request_admission()
 
+    def on_api_recovered(self, down_seconds: float) -> None:
+        """The API server answers again after calls failed to reach it: retry every job now
+        (re-listed, so none waits out an error backoff or depends on a missed event)."""
+        log.warning("API server reachable again after %.1fs; looking at every job", down_seconds)
+        self._failures.clear()
+        try:
+            self.enqueue_all()
+        except Exception as exc:  # the next recovery or the watches will catch up
+            log.warning("re-listing jobs after the API server came back failed: %s", exc)
+
+    def on_lost_leadership(self) -> None:
+        """Another replica may now admit: verdicts of our passes no longer hold."""
+        self.book.clear()
+
     def stop(self) -> None:
         """Stop the worker threads (after their current reconcile)."""
         self.queue.shutdown()
@@ -187,28 +213,25 @@ class Reconciler:
                 if not self.is_leader():
                     self.queue.add_after(key, NOT_LEADER_RETRY)
                     continue
+                self.heartbeats.started("/".join(key))
                 self._reconcile_and_requeue(key)
+            except NotLeaderError:
+                # Leadership lost in the middle of a reconcile: the write was refused before
+                # it left; the new leader (or we, again) will redo the whole pass.
+                self.queue.add_after(key, NOT_LEADER_RETRY)
             finally:
+                self.heartbeats.finished()
                 self.queue.done(key)
 
     def _reconcile_and_requeue(self, key: JobKey) -> None:
         started = time.monotonic()
         try:
             requeue_after = self.reconcile(key)
-        except ApiException as exc:
+        except NotLeaderError:
+            raise
+        except Exception as exc:
             self.metrics.reconcile_errors.inc()
-            requeue_after = self._error_backoff(key)
-            log.warning(
-                "reconcile %s/%s: API error %s %s; retrying in %.1fs",
-                *key,
-                exc.status,
-                exc.reason,
-                requeue_after,
-            )
-        except Exception:
-            self.metrics.reconcile_errors.inc()
-            requeue_after = self._error_backoff(key)
-            log.exception("reconcile %s/%s failed; retrying in %.1fs", *key, requeue_after)
+            requeue_after = self._after_error(key, exc)
         else:
             self._failures.pop(key, None)
         finally:
@@ -217,6 +240,34 @@ class Reconciler:
             log.debug("reconciled %s/%s in %.3fs", *key, elapsed)
         if requeue_after is not None:
             self.queue.add_after(key, requeue_after)
+
+    def _after_error(self, key: JobKey, exc: Exception) -> float:
+        """Log a failed reconcile and say when to retry it."""
+        first = key not in self._failures
+        delay = self._error_backoff(key)
+        if is_transport_error(exc):
+            delay = min(UNREACHABLE_BACKOFF_MAX, delay)
+            log.warning("reconcile %s/%s: API server unreachable (%s); retrying in %.1fs",
+                        *key, type(exc).__name__, delay)  # fmt: skip
+        elif isinstance(exc, ApiException):
+            log.warning("reconcile %s/%s: API error %s %s; retrying in %.1fs",
+                        *key, exc.status, exc.reason, delay)  # fmt: skip
+        else:
+            # Something about this one job we did not foresee (or a bug): it must not stop
+            # the others, and its owner should see it without reading the operator's log.
+            log.error("reconcile %s/%s failed; retrying in %.1fs", *key, delay, exc_info=exc)
+            job = self._seen.get(key)
+            if first and job is not None:
+                message = f"the operator could not reconcile this job: {type(exc).__name__}"
+                self._try_event(job, EVENT_WARNING, REASON_RECONCILE_ERROR,
+                                f"{message}: {str(exc)[:300]}; retrying with backoff")  # fmt: skip
+        return delay
+
+    def _try_event(self, job: Obj, event_type: str, reason: str, message: str) -> None:
+        try:
+            self.api.emit_event(job, event_type, reason, message)
+        except Exception as exc:  # NotLeaderError, or the API server gone meanwhile
+            log.warning("could not record event %s: %s", reason, exc)
 
     def _error_backoff(self, key: JobKey) -> float:
         n = self._failures.get(key, 0)
@@ -233,6 +284,11 @@ class Reconciler:
             self._forget(key, job)
             return None
         uid = job["metadata"]["uid"]
+        self._seen[key] = {"metadata": {"name": name, "namespace": namespace, "uid": uid}}
+        path = too_deep_path(job, self.settings.max_object_depth)
+        if path is not None:
+            self._fail_too_deep(job, path)
+            return None
         pods = [p for p in self.api.list_pods(namespace, name) if owned_by(p, uid)]
         config_maps = [c for c in self.api.list_config_maps(namespace, name) if owned_by(c, uid)]
         existing = {("ConfigMap", c["metadata"]["name"]) for c in config_maps}
@@ -375,6 +431,22 @@ class Reconciler:
         self._create_failures[uid] = n + 1
         return float(min(ERROR_BACKOFF_MAX, CREATE_RETRY_BASE * 2**n))
 
+    def _fail_too_deep(self, job: Obj, path: str) -> None:
+        """Mark a job too deeply nested to plan as Failed (InvalidSpec), once, and skip it.
+
+        Its children are never created (planning is what it cannot go through), so there is
+        nothing to stop; deleting the job is all that is left for its owner to do."""
+        meta, old = job["metadata"], job.get("status") or {}
+        if old.get("phase") == JobPhase.FAILED.value:
+            return
+        limit = self.settings.max_object_depth
+        message = too_deep_message(path, limit)
+        new = too_deep_status(old, message, datetime.now(UTC), meta.get("generation"))
+        self.api.patch_status(meta["namespace"], meta["name"], status_patch(old, new))
+        self._try_event(job, EVENT_WARNING, REASON_INVALID_SPEC, message)
+        log.warning("job %s/%s is nested too deeply to plan: %s", meta["namespace"],
+                    meta["name"], path[:200])  # fmt: skip
+
     def _after_admission_step(
         self, job: Obj, old: dict[str, Any], new: dict[str, Any], deleted_pods: bool
     ) -> None:
@@ -412,6 +484,7 @@ class Reconciler:
     def _forget(self, key: JobKey, job: Obj | None) -> None:
         self.metrics.observe_phase(key, None)
         self._failures.pop(key, None)
+        self._seen.pop(key, None)
         if job is not None:
             self._ensured.pop(job["metadata"]["uid"], None)
             self._create_failures.pop(job["metadata"]["uid"], None)

@@ -25,7 +25,11 @@ class OperatorSettings(BaseSettings):
     metrics_port: int = Field(default=8000, ge=0, le=65535)
     """Port of the Prometheus /metrics endpoint; 0 turns it off."""
     liveness_endpoint: str = "http://0.0.0.0:8080/healthz"
-    """kopf liveness endpoint; empty turns it off."""
+    """Liveness endpoint (health.py): 503 when a reconcile is stuck or the watch loop is
+    silent, so the kubelet restarts the pod; empty turns it off."""
+    liveness_stuck_seconds: float = Field(default=300.0, ge=10, le=86400)
+    """A reconcile in flight longer than this makes the liveness endpoint fail (every API
+    call has a timeout, so only something truly stuck gets there)."""
     log_level: str = Field(default="INFO", pattern=r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL)$")
     """Python log level."""
     standalone: bool = False
@@ -79,6 +83,22 @@ class OperatorSettings(BaseSettings):
     operator pod's namespace from POD_NAMESPACE, else "default")."""
     leader_lease_seconds: float = Field(default=15.0, gt=0, le=600)
     """How long a leader's Lease lasts without renewal before another replica takes over."""
+
+    network_policy: bool = False
+    """Give each job a NetworkPolicy admitting traffic to its pods only from its own pods
+    (rendezvous, NCCL, gloo); it takes effect where the network plugin enforces it."""
+    api_connect_timeout_seconds: float = Field(default=5.0, gt=0, le=300)
+    """Connect timeout of every Kubernetes API call and watch."""
+    api_read_timeout_seconds: float = Field(default=30.0, gt=0, le=600)
+    """Read timeout of every Kubernetes API call (not watches): a call whose answer does not
+    come in this long fails and is retried, so a half-open connection never blocks a worker."""
+    watch_inactivity_seconds: float = Field(default=70.0, gt=0, le=3600)
+    """A watch that has seen no event (bookmarks included) this long is re-opened from where it
+    was; the API server sends a bookmark about every minute on a healthy watch."""
+    max_object_depth: int = Field(default=100, ge=10, le=5000)
+    """Deepest nesting of maps and lists a job may have; a deeper job is failed with reason
+    InvalidSpec instead of being planned (no real spec comes near; a hostile one could
+    exhaust the operator's stack)."""
 
     @field_validator("namespaces", mode="before")
     @classmethod

@@ -25,3 +25,37 @@ def cluster_cmd(verb: str, env: dict[str, str] | None = None) -> subprocess.Comp
         hint = "if it was building the binaries, run `make binaries` (or `make test`) first"
         msg = f"{out}\ncluster {verb} timed out; {hint}"
         return subprocess.CompletedProcess(argv, 124, "", msg)
+
+
+def _hack_cluster():  # type: ignore[no-untyped-def]
+    """hack/cluster.py as a module (stdlib-only; its siblings are found on sys.path)."""
+    hack = str(REPO / "hack")
+    if hack not in sys.path:
+        sys.path.insert(0, hack)
+    import cluster  # type: ignore[import-not-found]
+
+    return cluster
+
+
+def stop_component(name: str) -> None:
+    """Stop one component of the local cluster (DTJOB_CLUSTER_STATE's), e.g. kube-apiserver
+    or etcd; the others keep running, as in a control-plane outage. Its data stays."""
+    hc = _hack_cluster()
+    hc.stop(hc.Config.from_env(), (name,))
+
+
+def start_component(name: str, timeout: float = 60) -> None:
+    """Start a component stopped by stop_component() again (same command line) and wait
+    until the API server is ready."""
+    import time
+
+    hc = _hack_cluster()
+    cfg = hc.Config.from_env()
+    bins = Path(cfg.state.joinpath("bin-dir").read_text().strip())
+    hc.start(cfg, name, bins)
+    api = hc.cluster_api.Api(cfg.server, cfg.pki)
+    deadline = time.monotonic() + timeout
+    while not api.ready():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"kube-apiserver not ready after {timeout}s")
+        time.sleep(0.2)

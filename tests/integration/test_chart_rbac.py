@@ -83,7 +83,8 @@ def allowed(api: client.ApiClient, verb: str, resource: str, group: str = "", **
     ("verb", "resource", "group", "expected"),
     [
         ("watch", "distributedtrainingjobs", "dtjob.io", True),
-        ("patch", "distributedtrainingjobs", "dtjob.io", True),
+        ("patch", "distributedtrainingjobs", "dtjob.io", False),  # only its status
+        ("update", "leases", "coordination.k8s.io", False),  # only in its own namespace
         ("delete", "distributedtrainingjobs", "dtjob.io", True),
         ("create", "distributedtrainingjobs", "dtjob.io", False),
         ("create", "pods", "", True),
@@ -109,6 +110,15 @@ def test_operator_may_do_what_it_needs_and_no_more(
     as_operator: client.ApiClient, verb: str, resource: str, group: str, expected: bool
 ) -> None:
     assert allowed(as_operator, verb, resource, group, namespace="default") is expected
+
+
+def test_leader_election_lease_only_in_the_release_namespace(
+    as_operator: client.ApiClient, release: tuple[str, str, str]
+) -> None:
+    _, namespace, _ = release
+    assert allowed(as_operator, "update", "leases", "coordination.k8s.io", namespace=namespace)
+    assert not allowed(as_operator, "update", "leases", "coordination.k8s.io",
+                       namespace="kube-node-lease")  # fmt: skip
 
 
 def test_status_subresource_is_writable(as_operator: client.ApiClient) -> None:

@@ -72,3 +72,46 @@ Operator and trainer images (tags default to the appVersion).
 {{- define "dtjob-operator.trainerImage" -}}
 {{- printf "%s:%s" .Values.trainer.image.repository (default .Chart.AppVersion .Values.trainer.image.tag) }}
 {{- end }}
+
+{{/*
+Rules for the jobs and their children, in the watched namespaces (a ClusterRole when the
+whole cluster is watched, a Role per namespace in namespaced mode). Exactly the
+(group, resource, verb) rows of API_CALLS in operator/dtjob_operator/k8s.py and of
+KOPF_CALLS in handlers.py, plus configmaps get/patch: a job's Role grants its pods those on
+their progress ConfigMap, and RBAC lets the operator create that Role only if it holds them.
+tests/unit/operator/test_chart.py fails on any difference.
+*/}}
+{{- define "dtjob-operator.jobRules" -}}
+- apiGroups: [dtjob.io]
+  resources: [distributedtrainingjobs]
+  verbs: [get, list, watch, delete]
+- apiGroups: [dtjob.io]
+  resources: [distributedtrainingjobs/status]
+  verbs: [patch]
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch, create, delete]
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [list, watch, create, get, patch]
+- apiGroups: [""]
+  resources: [services, serviceaccounts]
+  verbs: [get, create]
+# The claim spec.checkpoint.claimName names (CheckpointStorage condition): a get per
+# reconcile of a job that names one; no watch (a job waiting for it looks again on a timer).
+- apiGroups: [""]
+  resources: [persistentvolumeclaims]
+  verbs: [get]
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create]
+- apiGroups: [""]
+  resources: [resourcequotas]
+  verbs: [list, watch]
+- apiGroups: [rbac.authorization.k8s.io]
+  resources: [roles, rolebindings]
+  verbs: [get, create]
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [get, create]
+{{- end }}

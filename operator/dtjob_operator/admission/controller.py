@@ -31,9 +31,10 @@ from dtjob_operator.admission.snapshot import (
     is_admitted,
     requeue_not_before,
 )
-from dtjob_operator.k8s import KubeApi
+from dtjob_operator.k8s import KubeApi, is_transport_error
 from dtjob_operator.metrics import OperatorMetrics
 from dtjob_operator.policies.times import parse_time
+from dtjob_operator.policies.too_deep import too_deep_path
 from dtjob_operator.settings import OperatorSettings
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,7 @@ class AdmissionBook:
         self._preempt: dict[str, Verdict] = {}
         self._forgotten: dict[str, int] = {}
         self._epoch = 0
+        self._cleared = -1
 
     def epoch(self) -> int:
         with self._lock:
@@ -72,8 +74,10 @@ class AdmissionBook:
 
     def record(self, decisions: Decisions, since: int) -> list[str]:
         """Store a pass's verdicts; returns the uids whose verdict changed."""
-        changed = []
+        changed: list[str] = []
         with self._lock:
+            if self._cleared > since:
+                return changed
             for uid, verdict in decisions.verdicts.items():
                 if self._forgotten.get(uid, -1) > since:
                     continue
@@ -117,6 +121,16 @@ class AdmissionBook:
             self._forgotten[uid] = self._epoch
             self._verdicts.pop(uid, None)
             self._preempt.pop(uid, None)
+
+    def clear(self) -> None:
+        """Drop every verdict (this replica stopped leading: another one admits now, and a
+        verdict of ours may be stale when we lead again). Passes begun before it count as
+        forgotten for every job."""
+        with self._lock:
+            self._epoch += 1
+            self._cleared = self._epoch
+            self._verdicts.clear()
+            self._preempt.clear()
 
     def __contains__(self, uid: object) -> bool:
         with self._lock:
@@ -175,8 +189,11 @@ class AdmissionController:
                 continue
             try:
                 self.run_pass()
-            except Exception:
-                log.exception("admission pass failed; retrying")
+            except Exception as exc:
+                if is_transport_error(exc):  # an outage: one line, not a traceback a second
+                    log.warning("admission pass: API server unreachable; retrying")
+                else:
+                    log.exception("admission pass failed; retrying")
                 self._stop.wait(1.0)
                 self._wake.set()
             self._stop.wait(self.settings.admission_min_interval_seconds)
@@ -228,8 +245,21 @@ class AdmissionController:
         meta = job["metadata"]
         key = (meta["uid"], meta.get("generation"), (job.get("status") or {}).get("restarts"))
         if key not in self._gangs:
-            self._gangs[key] = gang_pods(job, self.settings)
+            self._gangs[key] = self._build_gang(job)
         return self._gangs[key]
+
+    def _build_gang(self, job: Obj) -> list[GangPod] | None:
+        """The gang's pods, or None (not admitted) for a job they cannot be built for: one
+        hostile or broken job must not stop every pass. Its reconcile marks it."""
+        if too_deep_path(job, self.settings.max_object_depth) is not None:
+            return None
+        try:
+            return gang_pods(job, self.settings)
+        except Exception as exc:
+            meta = job.get("metadata") or {}
+            log.warning("admission: skipping %s/%s, its pods cannot be built: %r",
+                        meta.get("namespace"), meta.get("name"), exc)  # fmt: skip
+            return None
 
     def _observe(self, snapshot: Snapshot, decisions: Decisions, seconds: float) -> None:
         self.metrics.admission_pass_seconds.observe(seconds)

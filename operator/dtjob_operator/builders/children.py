@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dtjob_operator.builders.configmaps import build_config_map, build_progress_config_map
 from dtjob_operator.builders.job import Job, Manifest
+from dtjob_operator.builders.network_policy import build_network_policy
 from dtjob_operator.builders.pod import build_pod
 from dtjob_operator.builders.rbac import build_rbac
 from dtjob_operator.builders.service import build_service
@@ -11,15 +12,19 @@ from dtjob_operator.envcontract import rank_layout
 from dtjob_operator.settings import OperatorSettings
 
 
-def build_support_objects(job: Job) -> list[Manifest]:
+def build_support_objects(job: Job, settings: OperatorSettings | None = None) -> list[Manifest]:
     """Everything but the pods: RBAC first (a pod cannot be admitted before its
-    ServiceAccount exists), then the ConfigMaps it mounts, then the Service."""
-    return [
+    ServiceAccount exists), then the ConfigMaps it mounts, then the Service, and the
+    NetworkPolicy when settings.network_policy is on (before the pods it protects)."""
+    objects = [
         *build_rbac(job),
         build_config_map(job),
         build_progress_config_map(job),
         build_service(job),
     ]
+    if settings is not None and settings.network_policy:
+        objects.append(build_network_policy(job))
+    return objects
 
 
 def build_pods(job: Job, generation: int, settings: OperatorSettings) -> list[Manifest]:
@@ -32,7 +37,7 @@ def build_pods(job: Job, generation: int, settings: OperatorSettings) -> list[Ma
 
 def build_children(job: Job, settings: OperatorSettings, generation: int = 0) -> list[Manifest]:
     """Every child of the job for gang `generation` (status.restarts)."""
-    return [*build_support_objects(job), *build_pods(job, generation, settings)]
+    return [*build_support_objects(job, settings), *build_pods(job, generation, settings)]
 
 
 def child_key(manifest: Manifest) -> tuple[str, str]:

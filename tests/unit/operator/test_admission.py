@@ -425,3 +425,19 @@ def test_book_forget_drops_entries_of_earlier_passes_only() -> None:
     book.forget("u")
     assert book.record(decisions, early) == [] and not book.admitted(job)
     assert book.record(decisions, book.epoch()) == ["u"] and book.admitted(job)
+
+
+def test_book_clear_drops_every_verdict_and_passes_begun_before_it() -> None:
+    from dtjob_operator.admission.controller import AdmissionBook
+    from dtjob_operator.admission.decide import Decisions, Verdict
+    from dtjob_operator.constants import REASON_ADMITTED
+
+    book = AdmissionBook()
+    job = {"metadata": {"uid": "u"}, "status": {}}
+    decisions = Decisions(verdicts={"u": Verdict(True, REASON_ADMITTED, "fits")})
+    assert book.record(decisions, book.epoch()) == ["u"] and book.admitted(job)
+    early = book.epoch()
+    book.clear()  # leadership lost
+    assert not book.admitted(job) and len(book) == 0
+    assert book.record(decisions, early) == [] and not book.admitted(job)
+    assert book.record(decisions, book.epoch()) == ["u"]

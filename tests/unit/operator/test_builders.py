@@ -329,3 +329,23 @@ def test_building_twice_gives_identical_manifests() -> None:
 def test_unknown_role_is_an_error() -> None:
     with pytest.raises(KeyError):
         build_pod(a_job().with_workers(1).job(), "ps", 0, 0, SETTINGS)
+
+
+def test_network_policy_admits_only_the_jobs_own_pods_and_only_when_asked() -> None:
+    from dtjob_operator.builders import Job, build_support_objects
+    from dtjob_operator.builders.network_policy import build_network_policy
+
+    job = Job.from_object(a_job("j", "ns").with_workers(2, gpus=1).obj())
+    policy = build_network_policy(job)
+    own = {"matchLabels": {"dtjob.io/job-name": "j"}}
+    assert policy["metadata"]["name"] == "j-peers"
+    assert policy["metadata"]["ownerReferences"][0]["kind"] == "DistributedTrainingJob"
+    assert policy["spec"] == {
+        "podSelector": own,
+        "policyTypes": ["Ingress"],
+        "ingress": [{"from": [{"podSelector": own}]}],
+    }
+    kinds = [m["kind"] for m in build_support_objects(job, SETTINGS)]
+    assert "NetworkPolicy" not in kinds
+    on = SETTINGS.model_copy(update={"network_policy": True})
+    assert [m["kind"] for m in build_support_objects(job, on)][-1] == "NetworkPolicy"

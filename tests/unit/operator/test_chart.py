@@ -69,9 +69,13 @@ def test_renders_one_of_each_resource_with_standard_labels() -> None:
     objects = render()
     assert sorted(kind for kind, _ in objects) == [
         "ClusterRole",
+        "ClusterRole",  # -cluster-reads
+        "ClusterRoleBinding",
         "ClusterRoleBinding",
         "Deployment",
         "Pod",  # the `helm test` hook
+        "Role",  # -leader-election
+        "RoleBinding",
         "Service",
         "ServiceAccount",
     ]
@@ -95,13 +99,14 @@ def test_operator_runs_unprivileged_with_a_read_only_root() -> None:
     assert pod["serviceAccountName"] == "dtj-dtjob-operator"
 
 
-def test_liveness_probe_hits_kopfs_health_endpoint() -> None:
+def test_liveness_probe_hits_the_operators_health_endpoint() -> None:
     objects = render()
     c = container(objects)
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     assert ports == {"metrics": 8000, "health": 8080}
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert env(objects)["DTJOB_LIVENESS_ENDPOINT"] == "http://0.0.0.0:8080/healthz"
+    assert env(objects)["DTJOB_LIVENESS_STUCK_SECONDS"] == "300"
     assert env(objects)["DTJOB_METRICS_PORT"] == "8000"
 
 
@@ -135,37 +140,89 @@ def test_every_env_var_is_a_setting_the_operator_reads() -> None:
     assert parsed.standalone is True and parsed.namespaces == []
 
 
-def rules_for(objects: dict[tuple[str, str], dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
-    (role,) = [o for (kind, _), o in objects.items() if kind == "ClusterRole"]
-    out: dict[tuple[str, str], set[str]] = {}
-    for rule in role["rules"]:
-        for group in rule["apiGroups"]:
-            for resource in rule["resources"]:
-                out.setdefault((group, resource), set()).update(rule["verbs"])
-    return out
+def render_list(*sets: str) -> list[dict[str, Any]]:
+    """`helm template` as a list (Roles of one name in several namespaces stay apart)."""
+    args = ["template", "dtj", str(CHART), "--namespace", "dtjob-system"]
+    args += ["--kube-version", KUBE_VERSION]
+    for s in sets:
+        args += ["--set", s]
+    return [d for d in yaml.safe_load_all(run_helm(*args)) if d]
 
 
-def test_cluster_role_grants_what_the_operator_needs_and_no_wildcards() -> None:
-    rules = rules_for(render())
-    assert all("*" not in verbs for verbs in rules.values())
-    assert all("*" not in key for keys in rules for key in keys)
-    assert {"get", "list", "watch", "patch"} <= rules[("dtjob.io", "distributedtrainingjobs")]
-    assert {"get", "patch", "update"} <= rules[("dtjob.io", "distributedtrainingjobs/status")]
-    for kind in ("pods", "services", "configmaps", "serviceaccounts"):
-        assert {"get", "list", "watch", "create", "delete"} <= rules[("", kind)], kind
-    for kind in ("roles", "rolebindings"):
-        assert {"create", "get"} <= rules[("rbac.authorization.k8s.io", kind)], kind
-    # RBAC escalation: the operator may grant trainer pods get/patch on their progress
-    # ConfigMap only because it holds that permission itself.
-    assert {"get", "patch"} <= rules[("", "configmaps")]
-    assert {"create", "patch"} <= rules[("", "events")]
-    for kind in ("resourcequotas", "nodes"):
-        assert rules[("", kind)] == {"get", "list", "watch"}
-    assert rules[("scheduling.k8s.io", "priorityclasses")] == {"get", "list", "watch"}
-    assert ("kopf.dev", "clusterkopfpeerings") in rules
-    assert ("", "secrets") not in rules
-    # The checkpoint claim is read, never listed, watched or changed.
-    assert rules[("", "persistentvolumeclaims")] == {"get"}
+Grant = tuple[str, str, str]  # (API group, resource, verb)
+
+
+def grants(*roles: dict[str, Any]) -> set[Grant]:
+    return {
+        (group, resource, verb)
+        for role in roles
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def used_by_the_operator() -> set[Grant]:
+    """What the code calls (k8s.API_CALLS, handlers.KOPF_CALLS) and what a job's Role hands
+    on to its pods (RBAC lets the operator grant only what it holds)."""
+    from unit.operator.builders import a_job
+
+    from dtjob_operator.builders.job import Job
+    from dtjob_operator.builders.rbac import build_rbac
+    from dtjob_operator.handlers import KOPF_CALLS
+    from dtjob_operator.k8s import API_CALLS
+
+    job = Job.from_object(a_job().with_workers(1).obj())
+    (role,) = [m for m in build_rbac(job) if m["kind"] == "Role"]
+    return set(API_CALLS) | set(KOPF_CALLS) | grants(role)
+
+
+def roles_of(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def test_rbac_grants_exactly_what_the_code_calls() -> None:
+    docs = render_list()
+    granted = grants(*roles_of(docs, "ClusterRole"), *roles_of(docs, "Role"))
+    used = used_by_the_operator()
+    assert granted - used == set(), "granted but never called: remove from the chart"
+    assert used - granted == set(), "called but not granted: add to the chart"
+    assert ("", "secrets", "get") not in granted
+
+
+def test_leases_only_in_the_release_namespace() -> None:
+    docs = render_list()
+    assert not any(g[1] == "leases" for g in grants(*roles_of(docs, "ClusterRole")))
+    (lease_role,) = [
+        r for r in roles_of(docs, "Role") if "leader-election" in r["metadata"]["name"]
+    ]
+    assert lease_role["metadata"]["namespace"] == "dtjob-system"
+    assert grants(lease_role) == {("coordination.k8s.io", "leases", v)
+                                  for v in ("get", "create", "update")}  # fmt: skip
+    (binding,) = [b for b in roles_of(docs, "RoleBinding") if b["roleRef"]["kind"] == "Role"]
+    assert binding["metadata"]["namespace"] == "dtjob-system"
+    assert binding["roleRef"]["name"] == lease_role["metadata"]["name"]
+
+
+def test_namespaced_mode_grants_jobs_per_namespace_and_only_reads_cluster_wide() -> None:
+    docs = render_list("namespaces={team-a,team-b}")
+    cluster_wide = grants(*roles_of(docs, "ClusterRole"))
+    # No ClusterRole for jobs: nothing cluster-wide may change anything.
+    assert {verb for _, _, verb in cluster_wide} <= {"list", "watch"}
+    assert not any(group == "dtjob.io" for group, _, _ in cluster_wide)
+    job_roles = [
+        r for r in roles_of(docs, "Role") if "leader-election" not in r["metadata"]["name"]
+    ]
+    assert sorted(r["metadata"]["namespace"] for r in job_roles) == ["team-a", "team-b"]
+    bindings = [
+        b for b in roles_of(docs, "RoleBinding") if b["metadata"]["namespace"] != "dtjob-system"
+    ]
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
+    # Together they still grant everything the code calls.
+    assert grants(*roles_of(docs, "ClusterRole"), *roles_of(docs, "Role")) == used_by_the_operator()
+    bound = {d["roleRef"]["name"] for d in roles_of(docs, "ClusterRoleBinding")}
+    assert bound == {"dtj-dtjob-operator-cluster-reads"}
 
 
 def test_binding_ties_the_role_to_the_service_account() -> None:
