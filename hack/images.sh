@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the operator, trainer and examples/custom-image images from this repository's Dockerfiles (unchanged) with
-# no container registry, and imports them into the real node's containerd (namespace k8s.io).
+# Builds the operator and trainer images (and examples/custom-image's, for the e2e tier) from
+# this repository's Dockerfiles (unchanged) with no container registry, and imports them into
+# the real node's containerd (namespace k8s.io).
 #
 #   1. base image dtjob/python-base:3.11-bookworm: debootstrap of Debian bookworm (minbase)
 #      plus bookworm's python3 and python3-pip, imported with `docker import`; the Dockerfiles'
@@ -26,8 +27,11 @@ TAG=$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$top/charts/dtjo
 OPERATOR_IMAGE=dtjob/operator:$TAG
 TRAINER_IMAGE=dtjob/trainer:$TAG
 PAUSE_IMAGE=dtjob/pause:3.10  # hack/realnode.py's sandbox_image
-# examples/custom-image: a user's own torchrun image (the e2e tier runs it as a user would).
+# examples/custom-image: a user's own torchrun image, which the e2e tier runs as a user would.
+# Built and imported only with DTJOB_CUSTOM_IMAGE=1 (hack/realnode-up.sh e2e sets it): the
+# demo has no use for a second multi-GB image.
 CUSTOM_IMAGE=dtjob/custom-example:dev
+WITH_CUSTOM=${DTJOB_CUSTOM_IMAGE:-0}
 export DOCKER_HOST=unix://$work/docker.sock
 
 die() { echo "images: $*" >&2; exit 1; }
@@ -142,16 +146,17 @@ case "$verb" in
     base_image
     build "$OPERATOR_IMAGE" Dockerfile operator
     build "$TRAINER_IMAGE" trainer_image/Dockerfile trainer
-    build "$CUSTOM_IMAGE" examples/custom-image/Dockerfile custom-example
+    [ "$WITH_CUSTOM" != 1 ] || build "$CUSTOM_IMAGE" examples/custom-image/Dockerfile custom-example
     if [ "$verb" = all ]; then
-      import "$OPERATOR_IMAGE" && import "$TRAINER_IMAGE" && import "$CUSTOM_IMAGE"
+      import "$OPERATOR_IMAGE" && import "$TRAINER_IMAGE"
+      [ "$WITH_CUSTOM" != 1 ] || import "$CUSTOM_IMAGE"
     fi
     ;;
   import)
     dockerd_up
     import "$OPERATOR_IMAGE"
     import "$TRAINER_IMAGE"
-    import "$CUSTOM_IMAGE"
+    [ "$WITH_CUSTOM" != 1 ] || import "$CUSTOM_IMAGE"
     ;;
   node) # what the real node needs at start: the pause image, and our images when built
     dockerd_up

@@ -19,6 +19,8 @@ export KUBECONFIG=$state/kubeconfig
 PATH=$(cat "$state/bin-dir"):$PATH
 export PATH
 phase "2/3 images from Dockerfile and trainer_image/Dockerfile (hack/images.sh)"
+# The e2e tier also runs a user's own image (examples/custom-image); the demo does not.
+[ "$label" != e2e ] || export DTJOB_CUSTOM_IMAGE=1
 CONTAINERD_SOCK=$state/realnode/containerd.sock "$top/hack/images.sh" all
 phase "3/3 helm upgrade --install dtjob charts/dtjob-operator"
 # cluster-up builds only what the cluster runs; helm is ours to build (cached: instant).
