@@ -135,12 +135,22 @@ def _container_amounts(container: Mapping[str, Any]) -> Resources:
 
 
 def pod_requests(pod_spec: Mapping[str, Any]) -> Resources:
-    """What the scheduler and the quota charge for a pod: the sum of its containers'
-    requests, at least the largest init container's, plus one `pods`."""
-    total = add(*(_container_amounts(c) for c in pod_spec.get("containers") or []))
+    """What the scheduler and the quota charge for a pod, plus one `pods`: the sum of its
+    containers' and native sidecars' (init containers with restartPolicy Always, which keep
+    running) requests, or, if larger, what any plain init container needs while it runs
+    beside the sidecars started before it (Kubernetes' effective pod request)."""
+    sidecars: Resources = {}
+    peak: Resources = {}
     for init in pod_spec.get("initContainers") or []:
-        for key, value in _container_amounts(init).items():
-            total[key] = max(total.get(key, 0), value)
+        amounts = _container_amounts(init)
+        if init.get("restartPolicy") == "Always":
+            sidecars = add(sidecars, amounts)
+            continue
+        for key, value in add(sidecars, amounts).items():
+            peak[key] = max(peak.get(key, 0), value)
+    total = add(sidecars, *(_container_amounts(c) for c in pod_spec.get("containers") or []))
+    for key, value in peak.items():
+        total[key] = max(total.get(key, 0), value)
     total[PODS] = 1
     return total
 

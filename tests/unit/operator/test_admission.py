@@ -140,6 +140,22 @@ def test_pod_requests_sum_containers_default_to_limits_and_respect_init() -> Non
     assert pod_requests(spec) == {GPU: 2, CPU: 4000, MEMORY: 2**30, PODS: 1}
 
 
+def test_pod_requests_add_native_sidecars_to_containers_and_to_later_init_containers() -> None:
+    sidecar = {"restartPolicy": "Always", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}
+    spec = {
+        "containers": [{"resources": {"requests": {"cpu": "2"}, "limits": {GPU: "8"}}}],
+        "initContainers": [
+            {"resources": {"requests": {"cpu": "2500m"}}},  # runs alone: 2.5 cpu
+            sidecar,  # keeps running beside everything after it
+            {"resources": {"requests": {"cpu": "2500m", "memory": "512Mi"}}},  # 3.5 with it
+        ],
+    }
+    # Steady state: 2 + 1 cpu, 1Gi; the last init container peaks at 2.5 + 1 = 3.5 cpu.
+    assert pod_requests(spec) == {GPU: 8, CPU: 3500, MEMORY: 2**30 + 2**29, PODS: 1}
+    spec["initContainers"] = [sidecar]
+    assert pod_requests(spec) == {GPU: 8, CPU: 3000, MEMORY: 2**30, PODS: 1}
+
+
 def test_quota_amounts_maps_keys_and_takes_the_tighter_cpu() -> None:
     hard = {"requests.nvidia.com/gpu": "16", "cpu": "10", "requests.cpu": "8",
             "count/pods": "20", "services": "5", "limits.memory": "1Ti"}  # fmt: skip
