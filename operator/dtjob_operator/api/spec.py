@@ -1,4 +1,8 @@
-"""The spec of a DistributedTrainingJob. Field docstrings become `kubectl explain` text."""
+"""The spec of a DistributedTrainingJob. Field docstrings become `kubectl explain` text.
+
+The run policy (run_policy.py) and the bundled trainer's settings (trainer_spec.py) live in
+their own modules so each file reads in one sitting; every name is re-exported here, so
+`from dtjob_operator.api.spec import RunPolicy` keeps working."""
 
 from enum import StrEnum
 from typing import Annotated, Any, cast
@@ -10,7 +14,6 @@ from pydantic import (
     JsonValue,
     ValidationInfo,
     field_validator,
-    model_validator,
 )
 
 from dtjob_operator.api.base import ApiModel
@@ -26,7 +29,34 @@ from dtjob_operator.api.resource_names import (
     is_extended_resource,
     is_extra_resource_name,
 )
+
+# Every run_policy and trainer_spec name is re-exported (`X as X`: mypy --strict then counts
+# it as part of this module).
+from dtjob_operator.api.run_policy import ONE_MATCHER as ONE_MATCHER
+from dtjob_operator.api.run_policy import CleanPodPolicy as CleanPodPolicy
+from dtjob_operator.api.run_policy import ExitCode as ExitCode
+from dtjob_operator.api.run_policy import ExitCodeOperator as ExitCodeOperator
+from dtjob_operator.api.run_policy import PodFailureAction as PodFailureAction
+from dtjob_operator.api.run_policy import PodFailurePolicy as PodFailurePolicy
+from dtjob_operator.api.run_policy import (
+    PodFailurePolicyOnExitCodes as PodFailurePolicyOnExitCodes,
+)
+from dtjob_operator.api.run_policy import (
+    PodFailurePolicyOnPodCondition as PodFailurePolicyOnPodCondition,
+)
+from dtjob_operator.api.run_policy import PodFailurePolicyRule as PodFailurePolicyRule
+from dtjob_operator.api.run_policy import RestartPolicy as RestartPolicy
+from dtjob_operator.api.run_policy import RunPolicy as RunPolicy
 from dtjob_operator.api.template_spec import PodTemplate
+from dtjob_operator.api.trainer_spec import Arg as Arg
+from dtjob_operator.api.trainer_spec import DatasetSpec as DatasetSpec
+from dtjob_operator.api.trainer_spec import DatasetType as DatasetType
+from dtjob_operator.api.trainer_spec import ModelSpec as ModelSpec
+from dtjob_operator.api.trainer_spec import ModelType as ModelType
+from dtjob_operator.api.trainer_spec import OptimizerSpec as OptimizerSpec
+from dtjob_operator.api.trainer_spec import OptimizerType as OptimizerType
+from dtjob_operator.api.trainer_spec import Precision as Precision
+from dtjob_operator.api.trainer_spec import TrainerSpec as TrainerSpec
 from dtjob_operator.constants import CONFIG_MOUNT_DIR, SHM_MOUNT_PATH
 
 # Kubernetes resource quantity (e.g. "500m", "4", "16Gi"), the core API's own grammar
@@ -54,10 +84,6 @@ Quantity = Annotated[
 ]
 # A DNS-1123 subdomain (PersistentVolumeClaim names), as the core API checks it.
 DNS1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-# Lists and maps carry bounds so that the API server can estimate the cost of the CEL rules
-# (immutability compares whole sub-objects) and a manifest cannot grow without limit.
-Arg = Annotated[str, Field(max_length=4096)]
-ExitCode = Annotated[int, Field(ge=1, le=255)]
 
 
 class StrategyType(StrEnum):
@@ -104,53 +130,6 @@ class RoleName(StrEnum):
     WORKER = "worker"
     PS = "ps"
     STAGE = "stage"
-
-
-class ModelType(StrEnum):
-    """Model built by the bundled trainer."""
-
-    MLP = "MLP"
-    CNN = "CNN"
-    GPT = "GPT"
-
-
-class DatasetType(StrEnum):
-    """Data set of the bundled trainer; all are bundled or generated, nothing is downloaded."""
-
-    DIGITS = "Digits"
-    SYNTHETIC_TOKENS = "SyntheticTokens"
-
-
-class OptimizerType(StrEnum):
-    """Optimizer of the bundled trainer."""
-
-    SGD = "SGD"
-    ADAM = "Adam"
-    ADAMW = "AdamW"
-
-
-class Precision(StrEnum):
-    """Numeric precision of parameters and compute."""
-
-    FP32 = "fp32"
-    FP64 = "fp64"
-    BF16 = "bf16"
-
-
-class RestartPolicy(StrEnum):
-    """What a failed pod means for the gang."""
-
-    EXIT_CODE = "ExitCode"
-    ON_FAILURE = "OnFailure"
-    NEVER = "Never"
-
-
-class CleanPodPolicy(StrEnum):
-    """Which pods are deleted when the job finishes."""
-
-    ALL = "All"
-    RUNNING = "Running"
-    NONE = "None"
 
 
 class ParameterServerSpec(ApiModel):
@@ -282,84 +261,6 @@ class RolesSpec(ApiModel):
     """Pipeline stages: ModelParallel, Pipeline and Hybrid only."""
 
 
-class ModelSpec(ApiModel):
-    """Model of the bundled trainer."""
-
-    type: ModelType = ModelType.MLP
-    """MLP (digits), CNN (digits as 8x8 images) or GPT (decoder on synthetic tokens)."""
-    hiddenSizes: list[Annotated[int, Field(ge=1, le=65536)]] = Field(
-        default_factory=lambda: [64, 64, 64], min_length=1, max_length=64
-    )
-    """MLP hidden layer widths; stages split the layers, so give at least as many as stages."""
-    layers: int = Field(default=2, ge=1, le=256)
-    """GPT: transformer blocks."""
-    dModel: int = Field(default=64, ge=8, le=16384)
-    """GPT: embedding width (a multiple of heads)."""
-    heads: int = Field(default=4, ge=1, le=256)
-    """GPT: attention heads."""
-    seqLen: int = Field(default=32, ge=2, le=65536)
-    """GPT: tokens per sample."""
-    vocabSize: int = Field(default=256, ge=2, le=1048576)
-    """GPT: vocabulary size of the synthetic tokens."""
-
-
-class DatasetSpec(ApiModel):
-    """Data of the bundled trainer."""
-
-    type: DatasetType = DatasetType.DIGITS
-    """Digits (scikit-learn's bundled 8x8 digits) or SyntheticTokens (generated)."""
-    testFraction: float = Field(default=0.2, gt=0.0, lt=1.0)
-    """Share of Digits held out for the final accuracy."""
-    samples: int = Field(default=8192, ge=1)
-    """SyntheticTokens: number of generated sequences."""
-
-
-class OptimizerSpec(ApiModel):
-    """Optimizer of the bundled trainer."""
-
-    type: OptimizerType = OptimizerType.SGD
-    """SGD, Adam or AdamW."""
-    lr: float = Field(default=0.05, gt=0.0, le=100.0)
-    """Learning rate."""
-    momentum: float = Field(default=0.0, ge=0.0, lt=1.0)
-    """SGD momentum."""
-    weightDecay: float = Field(default=0.0, ge=0.0, le=1.0)
-    """Weight decay."""
-
-
-class TrainerSpec(ApiModel):
-    """What the pods run: the bundled trainer's job, or a custom image + command that reads
-    the same environment contract."""
-
-    image: str | None = Field(default=None, max_length=1024)
-    """Container image; defaults to the operator's configured trainer image."""
-    imagePullPolicy: str | None = Field(default=None, pattern=r"^(Always|IfNotPresent|Never)$")
-    """Always, IfNotPresent or Never."""
-    command: list[Arg] | None = Field(default=None, min_length=1, max_length=256)
-    """Custom trainer command (e.g. ["dtjob-run", "--", "torchrun", ...]); when set, the
-    bundled trainer does not run, its rules (batch splits, micro-batches, model) are not
-    checked, and the settings below are only passed on in the job config file. Unset: the
-    container runs the bundled trainer (python -m dtjob_trainer run), whatever the image."""
-    args: list[Arg] | None = Field(default=None, max_length=256)
-    """Arguments of the custom command."""
-    model: ModelSpec = Field(default_factory=ModelSpec)
-    """Model of the bundled trainer."""
-    dataset: DatasetSpec = Field(default_factory=DatasetSpec)
-    """Data of the bundled trainer."""
-    optimizer: OptimizerSpec = Field(default_factory=OptimizerSpec)
-    """Optimizer of the bundled trainer."""
-    batchSize: int = Field(default=64, ge=1, le=1048576)
-    """Global batch size per step, across all data-parallel processes."""
-    steps: int = Field(default=100, ge=1, le=100000000)
-    """Total optimizer steps (updates per worker for the asynchronous modes)."""
-    seed: int = Field(default=0, ge=0, le=2147483647)
-    """Random seed: same seed and config, same result."""
-    precision: Precision = Precision.FP32
-    """fp32, fp64 (exact equivalence checks) or bf16 (GPU throughput)."""
-    logEverySteps: int = Field(default=10, ge=1, le=1000000)
-    """Log and progress-report interval in steps."""
-
-
 # The checkpoint volume may not hide the operator's mounts (checked at apply).
 CHECKPOINT_CEL = [
     {
@@ -393,119 +294,6 @@ class CheckpointSpec(ApiModel):
     """Checkpoint interval in steps (a checkpoint is also written on SIGTERM)."""
     keep: int = Field(default=2, ge=1, le=100)
     """Checkpoints kept; older ones are deleted."""
-
-
-ONE_MATCHER = "a podFailurePolicy rule sets exactly one of onExitCodes and onPodConditions"
-
-
-class PodFailureAction(StrEnum):
-    """What a failure matched by a podFailurePolicy rule does to the job."""
-
-    FAIL_JOB = "FailJob"
-    IGNORE = "Ignore"
-    COUNT = "Count"
-
-
-class ExitCodeOperator(StrEnum):
-    """How onExitCodes compares a container's exit code with its values."""
-
-    IN = "In"
-    NOT_IN = "NotIn"
-
-
-class PodFailurePolicyOnExitCodes(ApiModel):
-    """Matches a pod whose container exited with (or without) one of `values`."""
-
-    containerName: str | None = Field(default=None, max_length=63)
-    """Only this container's exit code; by default the trainer's (else the first that ended)."""
-    operator: ExitCodeOperator
-    """In: the exit code is one of `values`; NotIn: it is none of them."""
-    values: list[ExitCode] = Field(min_length=1, max_length=255)
-    """Exit codes (1-255)."""
-
-
-class PodFailurePolicyOnPodCondition(ApiModel):
-    """Matches a failed pod that carries a condition, e.g. DisruptionTarget=True."""
-
-    type: str = Field(min_length=1, max_length=316)
-    """Pod condition type: DisruptionTarget (evicted, preempted, drained, taint manager,
-    pod GC), ConfigIssue, or any other."""
-    status: str = Field(default="True", pattern=r"^(True|False|Unknown)$")
-    """The condition's status to match."""
-
-
-class PodFailurePolicyRule(ApiModel):
-    """One rule: an action for the failures it matches (exactly one of onExitCodes and
-    onPodConditions)."""
-
-    model_config = ConfigDict(
-        **ApiModel.model_config,
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                {
-                    "rule": "has(self.onExitCodes) != has(self.onPodConditions)",
-                    "message": ONE_MATCHER,
-                }
-            ]
-        },
-    )
-
-    action: PodFailureAction
-    """FailJob: fail the job at once; Ignore: restart the gang without counting it against
-    backoffLimit; Count: restart the gang and count it against backoffLimit."""
-    onExitCodes: PodFailurePolicyOnExitCodes | None = None
-    """Match on the container's exit code."""
-    onPodConditions: list[PodFailurePolicyOnPodCondition] | None = Field(
-        default=None, min_length=1, max_length=20
-    )
-    """Match when the pod has any of these conditions."""
-
-    @model_validator(mode="after")
-    def _one_matcher(self) -> "PodFailurePolicyRule":
-        if (self.onExitCodes is None) == (self.onPodConditions is None):
-            raise ValueError(ONE_MATCHER)
-        return self
-
-
-class PodFailurePolicy(ApiModel):
-    """batch/v1 Job's podFailurePolicy for gangs: the first rule that matches a failed pod
-    decides; without a match, restartPolicy and the exit-code lists decide."""
-
-    rules: list[PodFailurePolicyRule] = Field(max_length=20)
-    """Rules in order; the first match wins."""
-
-
-class RunPolicy(ApiModel):
-    """Restarts, deadlines and clean-up."""
-
-    backoffLimit: int = Field(default=3, ge=0, le=1000)
-    """Gang restarts allowed after retryable failures before the job fails."""
-    restartPolicy: RestartPolicy = RestartPolicy.EXIT_CODE
-    """ExitCode: exit codes 1-127 are permanent, 128+ (signals, OOM kill) retryable, unless
-    listed below; OnFailure: every failure is retryable; Never: every failure is permanent."""
-    retryableExitCodes: list[ExitCode] | None = Field(default=None, max_length=255)
-    """ExitCode policy: codes that are retryable although the default would say permanent."""
-    permanentExitCodes: list[ExitCode] | None = Field(default=None, max_length=255)
-    """ExitCode policy: codes that are permanent although the default would say retryable."""
-    podFailurePolicy: PodFailurePolicy | None = None
-    """Rules applied before restartPolicy (docs/lifecycle.md). Without them, disruptions
-    (a pod with DisruptionTarget=True: eviction, preemption, drain; a member lost with its
-    node) restart the gang without counting against backoffLimit."""
-    backoffSeconds: int = Field(default=10, ge=0, le=3600)
-    """Delay before the first gang restart; doubled for each further restart."""
-    maxBackoffSeconds: int = Field(default=300, ge=0, le=86400)
-    """Upper bound of the restart delay."""
-    activeDeadlineSeconds: int | None = Field(default=None, ge=1)
-    """Seconds from start after which the job fails with reason DeadlineExceeded."""
-    ttlSecondsAfterFinished: int | None = Field(default=None, ge=0)
-    """Seconds after Succeeded or Failed after which the job (and its pods) are deleted."""
-    admissionRetryLimit: int = Field(default=3, ge=0, le=1000)
-    """Built-in admission: times a gang whose pods are not all ready within the operator's
-    pods-ready timeout is released and re-queued; one more timeout fails the job with the
-    reason its pods were not ready (e.g. ImagePullBackOff)."""
-    cleanPodPolicy: CleanPodPolicy = CleanPodPolicy.RUNNING
-    """When the job finishes: delete All pods, only Running ones (failed pods stay for their
-    logs until the TTL), or None."""
 
 
 class NetworkSpec(ApiModel):

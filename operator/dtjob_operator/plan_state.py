@@ -1,0 +1,248 @@
+"""The lifecycle planner's working state and the toolkit its decisions share. Pure.
+
+lifecycle.py holds the decisions, in the order its docstring gives; this module holds what
+they have in common: the state one planning pass accumulates (phase, conditions, children to
+create, pods to delete, events, requeues), the helpers that read the prior status and record
+conditions, events and requeues, and `_render`, which turns the state into the Plan. Kept
+apart so that each file reads in one sitting."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from dtjob_operator.api.spec import DistributedTrainingJobSpec, RunPolicy
+from dtjob_operator.api.status import JobPhase
+from dtjob_operator.builders import Job, Manifest, build_pods, build_support_objects, child_key
+from dtjob_operator.constants import (
+    CONDITION_CHECKPOINT_STORAGE,
+    CONDITION_RESTARTING,
+    CONDITION_RUNNING,
+    CONDITION_SUSPENDED,
+    EVENT_WARNING,
+    REASON_CHILD_CONFLICT,
+    REASON_CREATE_FAILED,
+    REASON_PODS_NOT_READY,
+    REASON_PREEMPTED,
+)
+from dtjob_operator.envcontract import rank_layout
+from dtjob_operator.plan_types import Event, Observed, Plan
+from dtjob_operator.policies.checkpoint_storage import StorageVerdict, judge_checkpoint_storage
+from dtjob_operator.policies.create_errors import CONFLICT, CreateError
+from dtjob_operator.policies.deadline import deadline_of
+from dtjob_operator.policies.finished import lenient_run_policy
+from dtjob_operator.policies.nodes import force_deletes
+from dtjob_operator.policies.pods import Pod, name_of, node_of
+from dtjob_operator.policies.times import parse_time, seconds_until
+from dtjob_operator.policies.waiting import why_not_running
+from dtjob_operator.settings import OperatorSettings
+from dtjob_operator.status import ConditionUpdate, StatusDecision, compute_status
+
+
+class PlanState:
+    """One planning pass's state and toolkit; lifecycle._Planner adds the decisions."""
+
+    # Set by _Planner.run() once the spec is valid; declared for the helpers that build pods.
+    job: Job
+
+    def __init__(self, observed: Observed, settings: OperatorSettings) -> None:
+        self.o = observed
+        self.settings = settings
+        self.now = observed.now
+        self.meta: Mapping[str, Any] = observed.job.get("metadata") or {}
+        self.prior: Mapping[str, Any] = observed.job.get("status") or {}
+        self.prior_phase = _phase(self.prior.get("phase"))
+        self.phase = self.prior_phase
+        self.restarts = int(self.prior.get("restarts") or 0)
+        # A status written before countedRestarts existed counted every restart.
+        counted = self.prior.get("countedRestarts")
+        self.counted_restarts = int(counted) if counted is not None else self.restarts
+        self.start_time = parse_time(self.prior.get("startTime"))
+        self.completion_time = parse_time(self.prior.get("completionTime"))
+        self.last_restart_time = parse_time(self.prior.get("lastRestartTime"))
+        self.spec: DistributedTrainingJobSpec | None = None
+        self.gang: list[Pod] = []
+        self.conditions: list[ConditionUpdate] = []
+        self.create: list[Manifest] = []
+        self.delete: set[str] = set()
+        self.events: list[Event] = []
+        self.requeue: list[float] = []
+        self.queue_position: int | None = None
+        self.admission: dict[str, Any] = dict(self.prior.get("admission") or {})
+        self.builtin_admission = settings.admission == "builtin"
+        self.storage: StorageVerdict | None = None
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _say_create_retry(self, error: CreateError) -> None:
+        """A transient refusal: the job keeps its phase and says why it is not running;
+        the executor retries with backoff. One event per new reason, not one per pass."""
+        message = error.describe()
+        reason = REASON_CHILD_CONFLICT if error.code == CONFLICT else REASON_CREATE_FAILED
+        prior = self._prior_condition(CONDITION_RUNNING)
+        self._condition(CONDITION_RUNNING, False, reason, message)
+        if prior.get("reason") != reason or prior.get("message") != message:
+            self._event(EVENT_WARNING, reason, message)
+
+    def _say_why_not_ready(self, ready: int, total: int) -> None:
+        """Running=False with the first pod's own reason (ImagePullBackOff, Unschedulable,
+        ...) when one says; an event when that reason changes, not on every pass."""
+        message = f"{ready}/{total} pods ready"
+        waiting = why_not_running(self.gang)
+        if waiting is None:
+            self._condition(CONDITION_RUNNING, False, REASON_PODS_NOT_READY, message)
+            return
+        message += f": {waiting.message}"
+        if self._prior_condition(CONDITION_RUNNING).get("reason") != waiting.reason:
+            self._event(EVENT_WARNING, waiting.reason, message)
+        self._condition(CONDITION_RUNNING, False, waiting.reason, message)
+
+    def _waiting_after_preemption(self) -> bool:
+        """Preempted earlier and not admitted again yet: the job stays Suspended."""
+        if self.o.admitted:
+            return False
+        return any(
+            c.get("type") == CONDITION_SUSPENDED
+            and c.get("reason") == REASON_PREEMPTED
+            and c.get("status") == "True"
+            for c in self.prior.get("conditions") or []
+        )
+
+    def _pods_ready_deadline(self) -> datetime | None:
+        """When the current gang must be all ready (under either admission: an external
+        queue manager's job can be just as stuck on an unpullable image)."""
+        timeout = self.settings.pods_ready_timeout_seconds
+        if timeout <= 0 or not self.gang:
+            return None
+        created = [parse_time(p["metadata"].get("creationTimestamp")) for p in self.gang]
+        known = [c for c in created if c is not None]
+        return min(known) + timedelta(seconds=timeout) if known else None
+
+    def _checkpoint_storage(self) -> StorageVerdict:
+        """The CheckpointStorage condition; an event only when its reason changes."""
+        assert self.spec is not None
+        verdict = judge_checkpoint_storage(
+            self.spec,
+            self._gang_size(),
+            str(self.meta.get("namespace") or ""),
+            self.o.checkpoint_claim,
+        )
+        self._condition(CONDITION_CHECKPOINT_STORAGE, verdict.ok, verdict.reason, verdict.message)
+        prior = self._prior_condition(CONDITION_CHECKPOINT_STORAGE)
+        if prior.get("reason") != verdict.reason and not verdict.invalid:
+            self._event(verdict.event_type, verdict.reason, verdict.message)
+        return verdict
+
+    def _create_missing_support_objects(self) -> None:
+        for manifest in build_support_objects(self.job, self.settings):
+            if child_key(manifest) not in self.o.children:
+                self.create.append(manifest)
+
+    def _missing_pods(self) -> list[Manifest]:
+        existing = {name_of(p) for p in self.o.pods}
+        return [
+            m
+            for m in build_pods(self.job, self.restarts, self.settings)
+            if m["metadata"]["name"] not in existing
+        ]
+
+    def _lost_with_node(self) -> set[str]:
+        """Pods whose node is NotReady, Unknown, gone or out of service."""
+        return {name_of(p) for p in self.o.pods if node_of(p) in self.o.lost_nodes}
+
+    def _force_deletes(self) -> list[str]:
+        """Pods stuck terminating on a lost node, due now (policies/nodes.py); a look again
+        when the next one falls due."""
+        margin = timedelta(seconds=self.settings.force_delete_margin_seconds)
+        due, next_due = force_deletes(self.o.pods, self.o.lost_nodes, self.now, margin)
+        if next_due is not None:
+            self.requeue.append(seconds_until(next_due, self.now))
+        return due
+
+    def _gang_size(self) -> int:
+        assert self.spec is not None
+        return rank_layout(self.spec).nnodes
+
+    def _run_policy(self) -> RunPolicy:
+        if self.spec is not None:
+            return self.spec.runPolicy
+        return lenient_run_policy(self.o.job.get("spec"))
+
+    def _stop_conditions(self, reason: str, message: str) -> None:
+        self._condition(CONDITION_RUNNING, False, reason, message)
+        if self._had_condition(CONDITION_RESTARTING):
+            self._condition(CONDITION_RESTARTING, False, reason, message)
+
+    def _prior_condition(self, type_: str) -> Mapping[str, Any]:
+        for c in self.prior.get("conditions") or []:
+            if c.get("type") == type_:
+                return c  # type: ignore[no-any-return]
+        return {}
+
+    def _had_condition(self, type_: str) -> bool:
+        return any(c.get("type") == type_ for c in self.prior.get("conditions") or [])
+
+    def _condition(self, type_: str, status: bool, reason: str, message: str) -> None:
+        self.conditions.append(ConditionUpdate(type_, status, reason, message))
+
+    def _event(self, type_: str, reason: str, message: str) -> None:
+        self.events.append(Event(type_, reason, message))
+
+    def _requeue_while_active(self) -> None:
+        # Progress is copied on every pass; the ConfigMap watch wakes us too, this is the floor.
+        self.requeue.append(self.settings.progress_sync_seconds)
+        self._requeue_for_deadline()
+
+    def _requeue_for_deadline(self) -> None:
+        assert self.spec is not None
+        deadline = deadline_of(self.start_time, self.spec.runPolicy)
+        if deadline is not None:
+            self.requeue.append(seconds_until(deadline, self.now))
+
+    def _requeue_for_ttl(self, policy: RunPolicy) -> None:
+        # Never delete in the pass that finishes the job: watchers see the final status first.
+        if policy.ttlSecondsAfterFinished is not None:
+            self.requeue.append(float(policy.ttlSecondsAfterFinished))
+
+    def _render(self) -> Plan:
+        force = self._force_deletes()
+        error = self.o.create_error
+        if error is not None and not error.permanent and self.phase == JobPhase.STARTING:
+            self._say_create_retry(error)
+        status = compute_status(
+            self.prior,
+            self.spec,
+            StatusDecision(
+                phase=self.phase,
+                conditions=self.conditions,
+                restarts=self.restarts,
+                counted_restarts=self.counted_restarts,
+                start_time=self.start_time,
+                completion_time=self.completion_time,
+                last_restart_time=self.last_restart_time,
+                gang=self.gang,
+            ),
+            now=self.now,
+            observed_generation=self.meta.get("generation"),
+            progress=self.o.progress,
+        )
+        if self.queue_position is not None:
+            status["queuePosition"] = self.queue_position
+        if self.admission:
+            status["admission"] = self.admission
+        return Plan(
+            status=status,
+            create=self.create,
+            delete_pods=sorted(self.delete),
+            force_delete_pods=force,
+            events=self.events,
+            requeue_after=min(self.requeue) if self.requeue else None,
+        )
+
+
+def _phase(value: object) -> JobPhase:
+    try:
+        return JobPhase(str(value)) if value else JobPhase.PENDING
+    except ValueError:
+        return JobPhase.PENDING
