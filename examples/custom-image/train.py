@@ -32,6 +32,10 @@ FEATURES = 8
 SAMPLES = 4096
 CHECKPOINT = "custom-example.pt"
 EXIT_SIGTERM = 143  # retryable under the ExitCode policy: the gang restarts and resumes
+# A collective failed because a peer is gone: retryable, and never taken as the gang's cause
+# (dtjob-run and the operator prefer the peer's own failure; docs/env-contract.md).
+EXIT_PEER_LOST = 201
+COMM_MARKERS = ("connection closed", "connection reset", "broken pipe", "gloo", "nccl", "peer")
 
 stop_requested = False
 
@@ -88,7 +92,26 @@ def save(path: Path, step: int, model: nn.Module, opt: torch.optim.Optimizer) ->
     os.replace(tmp, path)
 
 
+def lost_a_peer(err: BaseException) -> bool:
+    """A failed collective (a peer died), as opposed to a bug in this process."""
+    if isinstance(err, dist.DistError):
+        return True
+    return isinstance(err, RuntimeError | ConnectionError) and any(
+        marker in str(err).lower() for marker in COMM_MARKERS
+    )
+
+
 def main() -> int:
+    try:
+        return train()
+    except (RuntimeError, ConnectionError) as err:
+        if not lost_a_peer(err):
+            raise
+        print(f"rank {os.environ.get('RANK')}: lost a peer: {err}", file=sys.stderr, flush=True)
+        return EXIT_PEER_LOST
+
+
+def train() -> int:
     args = parse_args()
     device, backend = device_and_backend()
     dist.init_process_group(backend)

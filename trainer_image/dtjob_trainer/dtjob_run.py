@@ -5,7 +5,8 @@
 torchrun exits 1 whenever a child fails, whatever the child's code, so an exit-code-aware
 restart policy would see every failure as permanent. dtjob-run runs the command, passes its
 output through, forwards SIGTERM/SIGINT to it (so the children can checkpoint), and when it
-exits non-zero, exits with the code of the child that failed first instead:
+exits non-zero, exits with the code of the child whose failure decides instead (the first
+observed, unless that child only lost a peer: exit 201 is never the cause):
 
 - from torchrun's error file (JSON, `message.errorCode`; `SignalException ... got signal: N`
   when torchrun itself was stopped by a signal -> 128 + N; a timeout reaching rank 0's
@@ -52,9 +53,11 @@ _RENDEZVOUS = re.compile(
     re.IGNORECASE,
 )
 RENDEZVOUS_TIMEOUT_CODE = 200  # the env contract's code for it: retryable
-_ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):(.*)", re.DOTALL)
-_SUMMARY_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)", re.MULTILINE)
-_SUMMARY_CODE = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)", re.MULTILINE)
+_ROOT_CAUSE_HEADER = "Root Cause (first observed failure):"
+_FAILURES_HEADER = "Failures:"
+# One child of the summary: `rank : 1 (local_rank: 1)` then `exitcode : 75 (pid: 42)`.
+_SUMMARY_BLOCK = re.compile(r"rank\s*:\s*(\d+)[^\n]*\n\s*exitcode\s*:\s*(-?\d+)")
+PEER_LOST_CODE = 201  # the env contract: this process lost a peer mid-training
 
 
 @dataclass(frozen=True)
@@ -92,16 +95,28 @@ def from_error_file(path: Path) -> ChildFailure | None:
 
 
 def from_summary(stderr_tail: str) -> ChildFailure | None:
-    """The root cause in torchrun's ChildFailedError summary, if the output has one."""
-    root = _ROOT_CAUSE.search(stderr_tail)
-    code = _SUMMARY_CODE.search(root.group(1)) if root else None
-    if root is None or code is None:
+    """The failure that decides, from torchrun's ChildFailedError summary: its root cause
+    ("first observed"), unless that child only lost a peer (201, the contract's code for it)
+    and another child failed otherwise. Children that die in the same second are listed in
+    no useful order, and the peers of a child that exits die of it: a lost peer is a
+    consequence, never the cause. (The operator's policies/launcher_exit.py picks the same.)"""
+    root_at = stderr_tail.find(_ROOT_CAUSE_HEADER)
+    if root_at < 0:
         return None
-    rank_match = _SUMMARY_RANK.search(root.group(1))
-    rank = int(rank_match.group(1)) if rank_match else None
-    exit_code = container_code(int(code.group(1)))
+    root = _summary_blocks(stderr_tail[root_at:])[:1]
+    failures_at = stderr_tail.rfind(_FAILURES_HEADER, 0, root_at)
+    others = _summary_blocks(stderr_tail[failures_at:root_at]) if failures_at >= 0 else []
+    listed = root + others
+    if not listed:
+        return None
+    rank, code = next((f for f in listed if f[1] != PEER_LOST_CODE), listed[0])
+    exit_code = container_code(code)
     who = f"rank {rank}" if rank is not None else "a child process"
     return ChildFailure(exit_code, rank, f"{who} exited with code {exit_code}")
+
+
+def _summary_blocks(text: str) -> list[tuple[int | None, int]]:
+    return [(int(rank) if rank else None, int(code)) for rank, code in _SUMMARY_BLOCK.findall(text)]
 
 
 def resolve(error_file: Path, stderr_tail: str) -> ChildFailure | None:

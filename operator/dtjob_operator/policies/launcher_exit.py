@@ -45,9 +45,11 @@ _RENDEZVOUS = re.compile(
 )
 _LEADING_MESSAGE = re.compile(r'\{\s*"message"\s*:\s*\{\s*"message"\s*:\s*"((?:[^"\\]|\\.)*)"')
 RENDEZVOUS_TIMEOUT_CODE = 200  # the env contract's code for it (docs/env-contract.md)
-_ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):(.*)", re.DOTALL)
-_SUMMARY_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)", re.MULTILINE)
-_SUMMARY_CODE = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)", re.MULTILINE)
+_ROOT_CAUSE_HEADER = "Root Cause (first observed failure):"
+_FAILURES_HEADER = "Failures:"
+# One child of the summary: `rank : 1 (local_rank: 1)` then `exitcode : 75 (pid: 42)`.
+_SUMMARY_BLOCK = re.compile(r"rank\s*:\s*(\d+)[^\n]*\n\s*exitcode\s*:\s*(-?\d+)")
+PEER_LOST_CODE = 201  # the env contract: this process lost a peer mid-training
 
 
 @dataclass(frozen=True)
@@ -99,15 +101,33 @@ def _from_error_file(text: str) -> ChildExit | None:
 
 
 def _from_summary(text: str) -> ChildExit | None:
-    root = _ROOT_CAUSE.search(text)
-    if root is None:
+    failure = decisive_failure(text)
+    if failure is None:
         return None
-    block = root.group(1)
-    code = _SUMMARY_CODE.search(block)
-    if code is None:
+    rank, code = failure
+    return ChildExit(_container_code(code), rank)
+
+
+def decisive_failure(text: str) -> tuple[int | None, int] | None:
+    """(rank, exit code) of the child that decides, from torchrun's failure summary: its
+    root cause ("first observed"), unless that child only lost a peer (201, the contract's
+    code for it) and another child failed otherwise. Children that die in the same second
+    are listed in no useful order, and the peers of a child that exits die of it: a lost
+    peer is a consequence, never the cause. (dtjob_trainer/dtjob_run.py picks the same.)"""
+    root_at = text.find(_ROOT_CAUSE_HEADER)
+    if root_at < 0:
         return None
-    rank = _SUMMARY_RANK.search(block)
-    return ChildExit(_container_code(int(code.group(1))), int(rank.group(1)) if rank else None)
+    root = _summary_blocks(text[root_at:])[:1]
+    failures_at = text.rfind(_FAILURES_HEADER, 0, root_at)
+    others = _summary_blocks(text[failures_at:root_at]) if failures_at >= 0 else []
+    listed = root + others
+    if not listed:
+        return None
+    return next((f for f in listed if f[1] != PEER_LOST_CODE), listed[0])
+
+
+def _summary_blocks(text: str) -> list[tuple[int | None, int]]:
+    return [(int(rank) if rank else None, int(code)) for rank, code in _SUMMARY_BLOCK.findall(text)]
 
 
 def _signal(message: str, error: str | None = None) -> ChildExit | None:

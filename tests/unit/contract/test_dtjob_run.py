@@ -122,3 +122,20 @@ def test_rendezvous_timeout_of_torchrun_exits_200(tmp_path: Path) -> None:
     assert result.returncode == 200, result.stderr[-2000:]
     child = child_exit((tmp_path / "termination-log").read_text())
     assert child is not None and child.exit_code == 200
+
+
+@pytest.mark.parametrize(
+    ("fixture", "code", "rank"),
+    [
+        ("log-tail-two-children-root-exit-1.txt", 1, 0),
+        ("log-tail-two-children-root-lost-peer.txt", 75, 1),
+    ],
+)
+def test_dtjob_run_picks_the_child_the_operator_would(fixture: str, code: int, rank: int) -> None:
+    """Root cause, unless it only lost a peer (201): the same choice as the operator's."""
+    from dtjob_trainer.dtjob_run import from_summary
+
+    text = (Path(__file__).parents[1] / "operator" / "fixtures" / "torchrun" / fixture).read_text()
+    failure = from_summary(text)
+    assert failure is not None and (failure.exit_code, failure.rank) == (code, rank)
+    assert child_exit(text) == ChildExit(code, rank)

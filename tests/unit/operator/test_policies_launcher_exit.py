@@ -160,3 +160,15 @@ def test_an_error_file_cut_short_still_shows_its_error() -> None:
     pod = a_pod(JOB, "worker", 0).failed(exit_code=1, message=cut)
     failure = observe_failure(pod.obj())
     assert failure is not None and failure.detail == "RuntimeError: boom on rank 1"
+
+
+def test_two_failed_children_the_root_cause_decides() -> None:
+    # Captured here: rank 1 exited 75 and rank 0 died of it in the same second (exit 1,
+    # an unhandled collective error); torchrun named rank 0 the root cause.
+    assert child_exit(fixture("log-tail-two-children-root-exit-1.txt")) == ChildExit(1, 0)
+
+
+def test_a_root_cause_that_only_lost_a_peer_gives_way_to_the_peer_that_failed() -> None:
+    # The same summary with rank 0 exiting 201 (the contract's "lost a peer"), as
+    # examples/custom-image/train.py and the bundled trainer do: rank 1's 75 decides.
+    assert child_exit(fixture("log-tail-two-children-root-lost-peer.txt")) == ChildExit(75, 1)
