@@ -144,7 +144,7 @@ def train() -> int:
             if rank == 0:
                 save(ckpt, step, model, opt)
                 report(step=step, checkpoint=step, message="stopped by SIGTERM", force=True)
-            dist.destroy_process_group()
+            leave()
             return EXIT_SIGTERM
         # Once: a run resumed at or after that step goes on (the restart is what is tried).
         if step == args.fail_at_step and start < step and rank == args.fail_rank:
@@ -164,9 +164,21 @@ def train() -> int:
         save(ckpt, step, model, opt)
         report(step=step, total=args.steps, loss=loss.item(), checkpoint=step, force=True)
         print(json.dumps({"resumed_from": start, "step": step, "loss": loss.item()}), flush=True)
-    dist.destroy_process_group()
+    leave()
     return 0
 
 
+def leave() -> None:
+    """Leave the process group together: a rank that tears gloo down while a peer still
+    uses it can abort that peer (SIGABRT) after a successful run."""
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown, where the communication threads' destructors run: the exit
+    # code is what the restart policy reads.
+    os._exit(code)
