@@ -4,7 +4,11 @@ NCCL cannot lose a member, so one failed pod ends the whole gang; the question i
 whether the next gang can do better (retryable: restart from the last checkpoint) or not
 (permanent: fail the job at once). When several pods fail, the earliest (container
 finishedAt) decides: the others usually died of it (a peer lost its partner). Equal times
-go to the permanent failure, since restarting cannot fix a bug or a bad config.
+go to the permanent failure, since restarting cannot fix a bug or a bad config. A pod that
+only lost a peer (exit 201, the env contract's code for it) never decides while another
+failure exists: it is a consequence by definition, and it can end first (a pod under
+torchrun ends only when all its children have, so the failing child's pod often ends
+after its peers' pods noticed the loss).
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ EXIT_MEANINGS = {
     201: "lost a peer during training",
 }
 # Retryable failures whose cause is known get a reason of their own.
+EXIT_PEER_LOST = 201
 RETRYABLE_REASONS = {143: REASON_PREEMPTED, 200: REASON_RENDEZVOUS_TIMEOUT, 201: REASON_PEER_LOST}
 LOST_POD_DETAIL = "deleted or gone while the gang ran (eviction, node drain or a manual delete)"
 DETAIL_LIMIT = 300  # characters of the container's termination message kept in status
@@ -188,22 +193,25 @@ def judge(failures: Iterable[PodFailure], policy: RunPolicy) -> FailureVerdict |
     judged = [(f, is_retryable(f, policy)) for f in failures]
     if not judged:
         return None
-    # Earliest first; unknown times last; at equal times permanent first; then by name so
-    # the verdict does not depend on list order.
-    failure, retryable = min(
-        judged,
-        key=lambda fr: (
-            fr[0].finished_at is None,
-            fr[0].finished_at or datetime.min,
-            fr[1],
-            fr[0].pod,
-        ),
-    )
+    failure, retryable = min(judged, key=lambda fr: decisive_order(*fr))
     return FailureVerdict(
         failure=failure,
         retryable=retryable,
         reason=_reason(failure, retryable),
         message=describe(failure, retryable, policy),
+    )
+
+
+def decisive_order(failure: PodFailure, retryable: bool) -> tuple[object, ...]:
+    """Sort key of the failure that decides (the smallest): lost peers last; then earliest
+    first, unknown times last; at equal times permanent first; then by name, so that the
+    verdict does not depend on list order."""
+    return (
+        failure.exit_code == EXIT_PEER_LOST,
+        failure.finished_at is None,
+        failure.finished_at or datetime.min,
+        retryable,
+        failure.pod,
     )
 
 

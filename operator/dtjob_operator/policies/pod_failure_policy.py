@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from dtjob_operator.api.spec import (
@@ -37,6 +36,7 @@ from dtjob_operator.constants import REASON_DISRUPTED, REASON_POD_FAILED_PERMANE
 from dtjob_operator.policies.failure_policy import (
     FailureVerdict,
     PodFailure,
+    decisive_order,
     describe,
     is_retryable,
     judge,
@@ -122,17 +122,8 @@ def judge_gang(
     judged = {
         f.pod: judge_one(f, by_name.get(f.pod), policy, f.pod in lost_with_node) for f in failures
     }
-    # The earliest failure decides (failure_policy.judge's order: unknown times last, at
-    # equal times the permanent one first, then by name).
-    failure = min(
-        failures,
-        key=lambda f: (
-            f.finished_at is None,
-            f.finished_at or datetime.min,
-            judged[f.pod].retryable,
-            f.pod,
-        ),
-    )
+    # The failure that decides, in failure_policy.judge's order.
+    failure = min(failures, key=lambda f: decisive_order(f, judged[f.pod].retryable))
     j = judged[failure.pod]
     if j.retryable and j.counted:
         # Its peers died of a disruption: the gang restart is the disruption's, not counted.

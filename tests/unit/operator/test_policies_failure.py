@@ -83,7 +83,17 @@ EARLIEST = [
     ),
     (
         "earliest retryable wins over later permanent (the later one is a consequence)",
-        [worker(0).failed(1, finished_at=12), worker(1).failed(201, finished_at=11)],
+        [worker(0).failed(1, finished_at=12), worker(1).failed(137, finished_at=11)],
+        ("j-worker-1", True),
+    ),
+    (
+        "a lost peer never decides while another failure exists, even an earlier one",
+        [worker(0).failed(3, finished_at=12), worker(1).failed(201, finished_at=11)],
+        ("j-worker-0", False),
+    ),
+    (
+        "lost peers alone: the earliest decides (retryable)",
+        [worker(0).failed(201, finished_at=12), worker(1).failed(201, finished_at=11)],
         ("j-worker-1", True),
     ),
     (
