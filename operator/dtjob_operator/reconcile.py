@@ -61,8 +61,11 @@ NOT_LEADER_RETRY = 2.0
 # so a broken job is retried every few minutes rather than hammering the API server.
 ERROR_BACKOFF_BASE = 0.5
 ERROR_BACKOFF_MAX = 300.0
-# First retry of a create the API server refused for a reason that may clear (quota, 5xx).
+# First retry of a create the API server refused for a reason that may clear (quota, 5xx,
+# another's object under a child's name), and the longest wait: what blocks it is usually
+# cleared by a person, and the job should start soon after; one POST per 30 s is cheap.
 CREATE_RETRY_BASE = 1.0
+CREATE_RETRY_MAX = 30.0
 # While the API server cannot be reached, a retry costs one refused connect: retry often, so
 # that jobs move again within seconds of it coming back.
 UNREACHABLE_BACKOFF_MAX = 5.0
@@ -429,7 +432,7 @@ class Reconciler:
     def _create_backoff(self, uid: str) -> float:
         n = self._create_failures.get(uid, 0)
         self._create_failures[uid] = n + 1
-        return float(min(ERROR_BACKOFF_MAX, CREATE_RETRY_BASE * 2**n))
+        return float(min(CREATE_RETRY_MAX, CREATE_RETRY_BASE * 2**n))
 
     def _fail_too_deep(self, job: Obj, path: str) -> None:
         """Mark a job too deeply nested to plan as Failed (InvalidSpec), once, and skip it.
