@@ -9,11 +9,11 @@ import ssl
 import subprocess
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from http.server import HTTPServer
 from pathlib import Path
-from typing import Any, ClassVar
 
 import pytest
+from unit.trainer.fake_apiserver import ApiServer
 
 from dtjob_trainer.env import read_env
 from dtjob_trainer.progress import (
@@ -26,26 +26,9 @@ from dtjob_trainer.progress import (
 )
 
 
-class _ApiServer(BaseHTTPRequestHandler):
-    requests: ClassVar[list[dict[str, Any]]] = []
-    status = 200
-
-    def do_PATCH(self) -> None:
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        self.requests.append(
-            {"path": self.path, "headers": dict(self.headers), "body": json.loads(body)}
-        )
-        self.send_response(self.status)
-        self.end_headers()
-        self.wfile.write(b"{}")
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
-def api_server() -> Iterator[tuple[str, type[_ApiServer]]]:
-    handler = type("Handler", (_ApiServer,), {"requests": [], "status": 200})
+def api_server() -> Iterator[tuple[str, type[ApiServer]]]:
+    handler = type("Handler", (ApiServer,), {"requests": [], "status": 200})
     server = HTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -55,7 +38,7 @@ def api_server() -> Iterator[tuple[str, type[_ApiServer]]]:
 
 
 def test_configmap_patch_is_a_merge_patch_of_one_key(
-    api_server: tuple[str, type[_ApiServer]], tmp_path: Path
+    api_server: tuple[str, type[ApiServer]], tmp_path: Path
 ) -> None:
     base, handler = api_server
     token = tmp_path / "token"
@@ -75,7 +58,7 @@ def test_configmap_patch_is_a_merge_patch_of_one_key(
 
 
 def test_failed_writes_are_logged_not_raised(
-    api_server: tuple[str, type[_ApiServer]], tmp_path: Path, caplog: pytest.LogCaptureFixture
+    api_server: tuple[str, type[ApiServer]], tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     base, handler = api_server
     handler.status = 403
@@ -144,7 +127,7 @@ def test_in_cluster_reporter_uses_the_service_account_over_tls(tmp_path: Path) -
     against the service account's CA, bearer token from its token file."""
     key, cert = _self_signed(tmp_path)
     (tmp_path / "token").write_text("sa-token")
-    handler = type("Handler", (_ApiServer,), {"requests": [], "status": 200})
+    handler = type("Handler", (ApiServer,), {"requests": [], "status": 200})
     server = HTTPServer(("127.0.0.1", 0), handler)
     tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     tls.load_cert_chain(cert, key)

@@ -9,11 +9,12 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from http.server import HTTPServer
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
+from unit.trainer.fake_apiserver import ApiServer
 from unit.trainer.test_progress import _self_signed
 
 from dtjob_trainer import report as helper
@@ -28,23 +29,6 @@ from dtjob_trainer.report import (
 )
 
 
-class _ApiServer(BaseHTTPRequestHandler):
-    requests: ClassVar[list[dict[str, Any]]] = []
-    status = 200
-
-    def do_PATCH(self) -> None:
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        self.requests.append(
-            {"path": self.path, "headers": dict(self.headers), "body": json.loads(body)}
-        )
-        self.send_response(self.status)
-        self.end_headers()
-        self.wfile.write(b"{}")
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 class Api:
     """A TLS server with the service account's files, and the pod's env pointing at it."""
 
@@ -52,7 +36,7 @@ class Api:
         key, cert = _self_signed(tmp_path)
         (tmp_path / "token").write_text("sa-token\n")
         self.sa_dir = str(tmp_path)
-        self.handler: type[_ApiServer] = type("H", (_ApiServer,), {"requests": [], "status": 200})
+        self.handler: type[ApiServer] = type("H", (ApiServer,), {"requests": [], "status": 200})
         self.server = HTTPServer(("127.0.0.1", 0), self.handler)
         tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         tls.load_cert_chain(cert, key)
