@@ -94,7 +94,9 @@ def test_quota_on_an_extended_resource_gates_admission(cluster, namespace, rdma_
 
     # The quota's one device is taken: the next job waits, with the numbers.
     create_job(cluster.api, namespace, rdma_job("second", 1, rdma_node))
-    st = wait_phase(cluster.api, namespace, "second", "Queued")
+    wait_phase(cluster.api, namespace, "second", "Queued")
+    # The first reconcile writes Queued; the admission pass then adds the
+    # reason and the position, in one status patch.
     wait_for(
         lambda: (
             f"needs 1 {RDMA}, namespace {namespace} has 0 free of 1"
@@ -102,7 +104,8 @@ def test_quota_on_an_extended_resource_gates_admission(cluster, namespace, rdma_
         ),
         what="the queued job's message with the RDMA quota numbers",
     )
-    assert st["queuePosition"] == 1
+    st = status(cluster.api, namespace, "second")
+    assert st["phase"] == "Queued" and st["queuePosition"] == 1
     assert not [p for p in core.list_namespaced_pod(namespace).items if "second" in p.metadata.name]
 
     # A gang larger than the whole quota can never be admitted.
