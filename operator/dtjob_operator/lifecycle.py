@@ -78,6 +78,7 @@ from dtjob_operator.constants import (
     REASON_RESUMED,
     REASON_SUSPENDED,
     REASON_WAITING_FOR_ADMISSION,
+    STATUS_TRUE,
 )
 from dtjob_operator.plan_state import PlanState
 from dtjob_operator.plan_types import Event, Observed, Plan
@@ -349,7 +350,9 @@ class _Planner(PlanState):
             if not preempted and (
                 self.prior_phase != JobPhase.QUEUED or prior.get("reason") != reason
             ):
-                self._event(EVENT_NORMAL, reason, message)
+                # Admitted before and released now: a restarted gang that no longer fits.
+                released = prior.get("status") == STATUS_TRUE
+                self._event(EVENT_WARNING if released else EVENT_NORMAL, reason, message)
             self.queue_position = self.o.queue_position
             self.requeue.append(self.settings.resync_seconds)
             return self._render()

@@ -24,6 +24,7 @@ from typing import Any
 from dtjob_operator.admission.decide import Decisions, Verdict, decide
 from dtjob_operator.admission.resources import gpu_units
 from dtjob_operator.admission.snapshot import (
+    STARTED_PHASES,
     GangPod,
     Snapshot,
     build_snapshot,
@@ -64,6 +65,7 @@ class AdmissionBook:
         self._lock = threading.Lock()
         self._verdicts: dict[str, Verdict] = {}
         self._preempt: dict[str, Verdict] = {}
+        self._release: dict[str, tuple[int, Verdict]] = {}
         self._forgotten: dict[str, int] = {}
         self._epoch = 0
         self._cleared = -1
@@ -89,6 +91,14 @@ class AdmissionBook:
                     continue
                 self._preempt[uid] = verdict
                 changed.append(uid)
+            # A release is a judgement of the capacity of now: each pass replaces them all.
+            released = {
+                uid: (decisions.release_generation.get(uid, 0), verdict)
+                for uid, verdict in decisions.release.items()
+                if self._forgotten.get(uid, -1) <= since
+            }
+            changed.extend(u for u in released if self._release.get(u) != released[u])
+            self._release = released
         return changed
 
     def view(self, job: Obj) -> AdmissionView:
@@ -98,8 +108,11 @@ class AdmissionBook:
         with self._lock:
             preempt = self._preempt.get(uid)
             verdict = self._verdicts.get(uid)
+            release = self._release.get(uid)
         if preempt is not None and status_admitted:
             return AdmissionView(False, preempted=preempt.message)
+        if release is not None and _still_unstarted(job, release[0]):
+            return AdmissionView(False, release[1].message, release[1].reason)
         if status_admitted or (verdict is not None and verdict.admit):
             return AdmissionView(True)
         if verdict is None:
@@ -121,6 +134,7 @@ class AdmissionBook:
             self._forgotten[uid] = self._epoch
             self._verdicts.pop(uid, None)
             self._preempt.pop(uid, None)
+            self._release.pop(uid, None)
 
     def clear(self) -> None:
         """Drop every verdict (this replica stopped leading: another one admits now, and a
@@ -131,6 +145,7 @@ class AdmissionBook:
             self._cleared = self._epoch
             self._verdicts.clear()
             self._preempt.clear()
+            self._release.clear()
 
     def __contains__(self, uid: object) -> bool:
         with self._lock:
@@ -139,6 +154,15 @@ class AdmissionBook:
     def __len__(self) -> int:
         with self._lock:
             return len(self._verdicts) + len(self._preempt)
+
+
+def _still_unstarted(job: Obj, generation: int) -> bool:
+    """A release applies only to the gang generation it was decided for, before its pods
+    were created (the reconcile may have created them since the pass listed)."""
+    status = job.get("status") or {}
+    return int(status.get("restarts") or 0) == generation and status.get("phase") not in (
+        STARTED_PHASES
+    )
 
 
 class AdmissionController:

@@ -1,6 +1,9 @@
 """One admission pass: which waiting jobs start now, where the others stand, who is
 preempted. Pure: a Snapshot in, Decisions out.
 
+0. A restarted gang (admitted, its old pods gone, its new ones not created yet) is checked
+   against what is free now, before anything else is placed: if it no longer fits (a node
+   was lost, the quota lowered) it is released back to the queue, keeping its place there.
 1. What admitted jobs still reserve (gang pods not created, or created but not scheduled)
    comes off their namespace's quota room and is placed on the nodes first.
 2. Waiting jobs are taken in queue order (priority, then creation time). A job that can
@@ -26,6 +29,7 @@ from dtjob_operator.admission.fit import (
     empty_nodes,
     gang_shape,
     place,
+    place_on_empty,
     quota_shortfall,
 )
 from dtjob_operator.admission.preemption import select_victims
@@ -59,6 +63,10 @@ class Decisions:
     """Jobs that were waiting: admitted now, or still waiting (with position)."""
     preempt: dict[str, Verdict] = field(default_factory=dict)
     """Admitted jobs to suspend so that a higher-priority job fits."""
+    release: dict[str, Verdict] = field(default_factory=dict)
+    """Admitted restarted gangs, not created yet, that no longer fit: back to the queue."""
+    release_generation: dict[str, int] = field(default_factory=dict)
+    """uid -> the gang generation a release was decided for."""
     keys: dict[str, tuple[str, str]] = field(default_factory=dict)
     """uid -> (namespace, name) of every job mentioned above."""
 
@@ -72,7 +80,17 @@ def decide(snapshot: Snapshot, *, preemption: bool) -> Decisions:
     quotas = {ns: Quota(dict(q.hard), dict(q.room)) for ns, q in snapshot.quotas.items()}
     nodes = [Node(n.name, n.allocatable, dict(n.free), n.labels, n.taints) for n in snapshot.nodes]
     admitted = [j for j in snapshot.jobs if j.admitted]
+    result = Decisions()
+    # Restarted gangs first: what they held is gone, so they are placed on what is free
+    # now before the reservations of gangs still being created.
+    for job in in_queue_order(j for j in admitted if j.restarted is not None):
+        if (why := _refit(job, quotas, nodes)) is not None:
+            result.keys[job.uid] = job.key
+            result.release[job.uid] = Verdict(False, why[0], messages.no_longer_fits(why[1]))
+            result.release_generation[job.uid] = job.restarted or 0
     for job in admitted:
+        if job.restarted is not None:
+            continue
         if job.namespace in quotas and job.missing:
             q = quotas[job.namespace]
             q.room = subtract(q.room, add(*(p.requests for p in job.missing)))
@@ -84,7 +102,6 @@ def decide(snapshot: Snapshot, *, preemption: bool) -> Decisions:
     # else until they are gone: their pods are about to free the room.
     releasing = {j.namespace for j in snapshot.jobs if not j.admitted and j.held}
 
-    result = Decisions()
     ctx = _Pass(empty=empty_nodes(nodes))
     waiting: list[JobView] = []
     blocked: dict[str, str] = {}
@@ -169,6 +186,26 @@ def _judge(
                 )
             return REASON_WAITING_FOR_ADMISSION, messages.preempting([v.name for v in victims])
     return REASON_WAITING_FOR_ADMISSION, why
+
+
+def _refit(job: JobView, quotas: dict[str, Quota], nodes: list[Node]) -> tuple[str, str] | None:
+    """None when the restarted gang still fits (its quota share and nodes are then taken);
+    else the reason and message of why not."""
+    quota = quotas.get(job.namespace)
+    if quota is not None and (short := quota_shortfall(job.need, quota.hard)):
+        return REASON_INADMISSIBLE, messages.quota_never(job.namespace, job.need, quota, short)
+    short = quota_shortfall(job.need, quota.room) if quota is not None else []
+    if short and quota is not None:
+        return REASON_WAITING_FOR_ADMISSION, messages.quota_short(
+            job.namespace, job.need, quota, short
+        )
+    if not place(job.gang, nodes):
+        if not place_on_empty(job.gang, nodes):
+            return REASON_INADMISSIBLE, messages.capacity_never(job.gang, nodes)
+        return REASON_WAITING_FOR_ADMISSION, messages.capacity_short(job.gang, nodes)
+    if quota is not None:
+        quota.room = subtract(quota.room, job.need)
+    return None
 
 
 def _blocker(entry: str) -> tuple[str, str]:

@@ -113,3 +113,8 @@ def preempted_by(job: str, priority: int) -> str:
 def with_position(position: int, namespace: str, message: str) -> str:
     """Prefix the queue position."""
     return f"position {position} in the queue of namespace {namespace}: {message}"
+
+
+def no_longer_fits(why: str) -> str:
+    """A restarted gang that was admitted before and does not fit any more."""
+    return f"the restarted gang no longer fits ({why}); it waits in the queue again"

@@ -66,6 +66,9 @@ class JobView:
     """Live pods of the current gang without a node yet."""
     held: tuple[tuple[str | None, Mapping[str, int]], ...] = ()
     """(node, requests) of the job's live pods, any generation."""
+    restarted: int | None = None
+    """The gang generation of an admitted restarted gang that is not created yet while
+    no pod of an older one is left: the pass checks it against the capacity of now."""
 
     @property
     def need(self) -> Resources:
@@ -277,6 +280,17 @@ def job_view(
     }
     live = [p for p in mine if _live(p)]
     priority, can_preempt = priority_of((g.priority_class for g in gang), priority_classes)
+    is_admitted_now = admitted(job)
+    generation = int(restarts)
+    restarted = (
+        generation
+        if is_admitted_now
+        and generation > 0
+        and not current
+        and not live
+        and status.get("phase") not in STARTED_PHASES
+        else None
+    )
     return JobView(
         uid=meta.get("uid", ""),
         namespace=ns,
@@ -284,7 +298,7 @@ def job_view(
         priority=priority,
         created=meta.get("creationTimestamp", ""),
         gang=tuple(g.demand for g in gang),
-        admitted=admitted(job),
+        admitted=is_admitted_now,
         can_preempt=can_preempt,
         not_before=not_before(job),
         # A Running gang was complete: a pod missing now has finished (finished pods are
@@ -302,4 +316,5 @@ def job_view(
         held=tuple(
             ((p.get("spec") or {}).get("nodeName"), pod_requests(p.get("spec") or {})) for p in live
         ),
+        restarted=restarted,
     )

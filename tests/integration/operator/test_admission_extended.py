@@ -1,6 +1,6 @@
-"""Gang admission of extended resources other than nvidia.com/gpu, on the real control
-plane: a ResourceQuota on `requests.rdma/...` gates a job that asks for RDMA devices, and the
-pods land on the only (KWOK) node that offers them."""
+"""Gang admission on the real control plane beyond the plain GPU quota: a ResourceQuota on
+`requests.rdma/...` gates a job that asks for RDMA devices, and the pods land on the only
+(KWOK) node that offers them; a restarted gang is admitted again against the capacity of now."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from helpers.jobs import JobBuilder, create_job, status, wait_phase
-from helpers.kube import fake_gpu_node, unique, wait_for
+from helpers.jobs import JobBuilder, create_job, exit_pod, job_pods, status, wait_phase
+from helpers.kube import events_for, fake_gpu_node, node_ready, unique, wait_for
 from helpers.operator import OperatorProcess
 
 pytestmark = [pytest.mark.integration]
@@ -122,3 +122,58 @@ def test_quota_on_an_extended_resource_gates_admission(cluster, namespace, rdma_
     set_rdma_quota(core, namespace, 2)
     wait_phase(cluster.api, namespace, "second", "Running")
     assert core.read_namespaced_pod("second-worker-0", namespace).spec.node_name == rdma_node
+
+
+@pytest.fixture
+def gpu_pool(cluster) -> Iterator[tuple[str, list[str]]]:  # type: ignore[no-untyped-def]
+    """Two private nodes of 4 GPUs (label and taint `pool`), so only the test's pods go there."""
+    pool = unique("pool")
+    names = [f"{pool}-{i}" for i in range(2)]
+    for name in names:
+        cluster.core.create_node(fake_gpu_node(name, 4, labels={"pool": pool}, taint=pool))
+    for name in names:
+        wait_for(lambda n=name: node_ready(cluster.core, n), what=f"node {name} Ready")
+    yield pool, names
+    for name in names:
+        cluster.core.delete_node(name)
+
+
+@pytest.mark.usefixtures("admission_operator")
+def test_a_restarted_gang_that_no_longer_fits_waits_in_the_queue_not_in_pending_pods(
+    cluster, namespace, gpu_pool
+):  # type: ignore[no-untyped-def]
+    core = cluster.core
+    pool, nodes = gpu_pool
+    template = {
+        "nodeSelector": {"pool": pool},
+        "tolerations": [{"key": pool, "operator": "Exists"}],
+    }
+    job = JobBuilder("refit").strategy("DataParallel").role("worker", 2, gpus=4, template=template)
+    create_job(cluster.api, namespace, job.build())
+    wait_phase(cluster.api, namespace, "refit", "Running")
+
+    # One node is cordoned, then the gang fails and restarts: the new gang (2 x 4 GPUs) no
+    # longer fits the one node left, so it is queued again instead of leaving a pod Pending.
+    core.patch_node(nodes[1], {"spec": {"unschedulable": True}})
+    exit_pod(core, namespace, "refit-worker-1", 137)
+    wait_for(
+        lambda: (
+            "the restarted gang no longer fits"
+            in admitted(status(cluster.api, namespace, "refit")).get("message", "")
+        ),
+        what="the restarted gang released back to the queue",
+    )
+    st = status(cluster.api, namespace, "refit")
+    assert st["phase"] == "Queued" and st["restarts"] == 1
+    assert admitted(st)["status"] == "False" and admitted(st)["reason"] == "Inadmissible"
+    assert "can never be admitted" in admitted(st)["message"]
+    assert not job_pods(core, namespace, "refit")
+    assert [e.type for e in events_for(core, namespace, "refit", "Inadmissible")] == ["Warning"]
+
+    # The node is back: the queue admits the gang and it runs again, one restart counted.
+    core.patch_node(nodes[1], {"spec": {"unschedulable": False}})
+    st = wait_phase(cluster.api, namespace, "refit", "Running")
+    assert st["restarts"] == 1 and admitted(st)["status"] == "True"
+    pods = job_pods(core, namespace, "refit")
+    assert {p.metadata.labels["dtjob.io/generation"] for p in pods} == {"1"}
+    assert {p.spec.node_name for p in pods} == set(nodes)
