@@ -39,6 +39,7 @@ from dtjob_operator.constants import (
 )
 from dtjob_operator.health import Heartbeats
 from dtjob_operator.k8s import KubeApi, NotLeaderError, Obj, is_transport_error
+from dtjob_operator.kill_points import AFTER_ADMISSION_WRITTEN, AFTER_FIRST_POD, KillPoints
 from dtjob_operator.metrics import OperatorMetrics
 from dtjob_operator.naming import progress_config_map_name
 from dtjob_operator.policies.create_errors import CreateError, create_error_of
@@ -142,6 +143,7 @@ class Reconciler:
         self.is_leader = is_leader
         self.queue = WorkQueue()
         self.heartbeats = Heartbeats()
+        self.kill_points = KillPoints(settings.test_kill_at)  # tests only; off by default
         self.book = AdmissionBook()
         self.admission: AdmissionController | None = None
         if settings.admission == "builtin":
@@ -376,6 +378,7 @@ class Reconciler:
         self.api.patch_status(
             meta["namespace"], meta["name"], {"conditions": written["conditions"]}
         )
+        self.kill_points.reached(AFTER_ADMISSION_WRITTEN)
         if self.admission is not None:
             self._announce_admission(job, old)  # right after the write, as in any pass
         return written
@@ -413,7 +416,7 @@ class Reconciler:
         errors (the network, a bug) still end the pass and retry it with backoff. An object
         already there is used only if it is this job's (policies/ownership.py)."""
         try:
-            if self.api.create(obj):
+            if self._create(obj):
                 return True, None
             meta = obj["metadata"]
             existing = self.api.read_child(obj["kind"], meta["namespace"], meta["name"])
@@ -428,6 +431,16 @@ class Reconciler:
             name = obj["metadata"]["name"]
             log.info("creating %s %s refused: %s %s", obj["kind"], name, exc.status, exc.reason)
             return False, create_error_of(obj["kind"], name, exc.status, exc.reason, exc.body)
+
+    def _create(self, obj: Obj) -> bool:
+        """api.create, passing the test-only kill point after a pod (kill_points.py)."""
+        if obj["kind"] != "Pod":
+            return self.api.create(obj)
+        with self.kill_points.pod_creates():
+            created = self.api.create(obj)
+            if created:
+                self.kill_points.reached(AFTER_FIRST_POD)
+            return created
 
     def _create_backoff(self, uid: str) -> float:
         n = self._create_failures.get(uid, 0)

@@ -99,6 +99,10 @@ class OperatorSettings(BaseSettings):
     """Deepest nesting of maps and lists a job may have; a deeper job is failed with reason
     InvalidSpec instead of being planned (no real spec comes near; a hostile one could
     exhaust the operator's stack)."""
+    test_kill_at: Literal["", "admission-written", "first-pod-created"] = ""
+    """Tests only, never in production: SIGKILL the operator at this point of a reconcile
+    (kill_points.py), to check that a restart recovers from a kill in a narrow window.
+    Empty (the default; the chart never sets it) turns it off."""
 
     @field_validator("namespaces", mode="before")
     @classmethod

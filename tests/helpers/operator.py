@@ -22,7 +22,9 @@ class OperatorProcess:
         self.env = env
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> None:
+    def start(self, may_exit: bool = False) -> None:
+        """Start it; unless `may_exit` (an operator armed to kill itself soon,
+        DTJOB_TEST_KILL_AT), an exit in its first second is an error."""
         env = {
             **os.environ,
             "KUBECONFIG": str(self.kubeconfig),
@@ -41,7 +43,7 @@ class OperatorProcess:
             start_new_session=True,
         )
         time.sleep(1)
-        if self.proc.poll() is not None:
+        if not may_exit and self.proc.poll() is not None:
             raise RuntimeError(f"operator exited on start; see {self.log}")
 
     def kill(self) -> None:
@@ -49,6 +51,15 @@ class OperatorProcess:
         if self.proc and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=10)
+
+    def wait_exit(self, timeout: float) -> int:
+        """Wait until the process has ended by itself; its return code (-9: SIGKILL)."""
+        assert self.proc is not None
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            msg = f"operator still running after {timeout:.0f} s; see {self.log}"
+            raise TimeoutError(msg) from None
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:

@@ -131,6 +131,13 @@ def test_settings_come_from_values() -> None:
     assert defaults["DTJOB_NAMESPACES"] == ""  # the whole cluster
 
 
+def test_force_delete_margin_comes_from_values_with_the_codes_default() -> None:
+    default = env(render())["DTJOB_FORCE_DELETE_MARGIN_SECONDS"]
+    assert float(default) == OperatorSettings().force_delete_margin_seconds
+    margin = env(render("forceDeleteMarginSeconds=90"))["DTJOB_FORCE_DELETE_MARGIN_SECONDS"]
+    assert OperatorSettings(force_delete_margin_seconds=margin).force_delete_margin_seconds == 90
+
+
 def test_every_env_var_is_a_setting_the_operator_reads() -> None:
     e = env(render())
     fields = {f"DTJOB_{name.upper()}" for name in OperatorSettings.model_fields}
