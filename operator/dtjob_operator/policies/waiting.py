@@ -77,7 +77,7 @@ def why_not_running(gang: Iterable[Pod], pod_events: PodEvents | None = None) ->
 
 def pods_to_ask(job: Mapping[str, Any], pods: Iterable[Pod]) -> list[str]:
     """Names of the current gang's pods whose Events the executor should read: those that
-    hang in ContainerCreating (at most MAX_PODS_ASKED, by name). None when the job is
+    hang in ContainerCreating (at most MAX_PODS_ASKED, by name). None at all when the job is
     finished, or when a container problem already answers (it would win anyway)."""
     status: Mapping[str, Any] = job.get("status") or {}
     if status.get("phase") in TERMINAL_PHASES:
