@@ -11,8 +11,9 @@ status flips.
   (WaitingForAdmission, Inadmissible, PodsReadyTimeout, Preempted).
 - Running: True when every pod of the current gang is Running and Ready (PodsReady);
   False with PodsNotReady while starting, a pod's own reason (ImagePullBackOff,
-  Unschedulable, ...; policies/waiting.py), CreateFailed / ChildConflict while a create is
-  refused or blocked, or with the reason of whatever stopped the gang.
+  FailedMount, FailedAttachVolume, Unschedulable, ...; policies/waiting.py), CreateFailed /
+  ChildConflict while a create is refused or blocked, or with the reason of whatever
+  stopped the gang.
 - Restarting: True while a gang restart is under way: old pods going, backoff, new gang not
   yet ready (PodFailedRetryable, Preempted, RendezvousTimeout, PeerLost, Disrupted).
 - Suspended: True while spec.suspend holds the job without pods (Suspended / Resumed).

@@ -53,6 +53,8 @@ API_CALLS: frozenset[tuple[str, str, str]] = frozenset(
         ("networking.k8s.io", "networkpolicies", "get"),
         ("", "persistentvolumeclaims", "get"),  # spec.checkpoint.claimName (CheckpointStorage)
         ("", "events", "create"),
+        # The Events of a pod that hangs in ContainerCreating: FailedMount, FailedAttachVolume.
+        ("", "events", "list"),
         ("", "resourcequotas", "list"),
         ("", "nodes", "list"),
         ("scheduling.k8s.io", "priorityclasses", "list"),
@@ -211,6 +213,17 @@ class KubeApi:
             raise
         claim: Obj = json.loads(cast(Any, resp).data)
         return claim
+
+    def list_pod_events(self, namespace: str, pod_name: str, pod_uid: str | None) -> list[Obj]:
+        """core/v1 Events about one pod, as raw JSON: this incarnation of the name only when
+        its uid is given (a restarted gang reuses the names, and events outlive pods)."""
+        selector = f"involvedObject.kind=Pod,involvedObject.name={pod_name}"
+        if pod_uid:
+            selector += f",involvedObject.uid={pod_uid}"
+        resp = self.core.list_namespaced_event(
+            namespace, field_selector=selector, _preload_content=False
+        )
+        return _items(resp)
 
     # -- what the admission reads (cluster-wide lists, raw JSON) -------------------------
 

@@ -38,7 +38,7 @@ Reading order (each step returns when it decides):
    released (pods deleted) and the job re-queued (phase Queued, Admitted False/
    PodsReadyTimeout, status.admission.requeues + 1; under an external admission phase
    Pending and the gang is re-created), at most runPolicy.admissionRetryLimit times; then
-   Failed with the pods' own reason (ImagePullBackOff, ...).
+   Failed with the pods' own reason (ImagePullBackOff, FailedMount, ...).
 9. Otherwise start the gang (Pending, Queued, Restarting, resumed): wait for admission
    (phase Queued with the admission's message and status.queuePosition), for the restart
    backoff, and for every pod of an older gang to be gone (the new pods reuse their
@@ -229,7 +229,7 @@ class _Planner(PlanState):
         runPolicy.admissionRetryLimit times; then the job fails with the pods' reason."""
         timeout = self.settings.pods_ready_timeout_seconds
         requeues = int(self.admission.get("requeues") or 0) + 1
-        waiting = why_not_running(self.gang)
+        waiting = why_not_running(self.gang, self.o.pod_events)
         why = f": {waiting.message}" if waiting else ""
         limit = self._run_policy().admissionRetryLimit
         if requeues > limit:

@@ -86,10 +86,10 @@ class PlanState:
             self._event(EVENT_WARNING, reason, message)
 
     def _say_why_not_ready(self, ready: int, total: int) -> None:
-        """Running=False with the first pod's own reason (ImagePullBackOff, Unschedulable,
-        ...) when one says; an event when that reason changes, not on every pass."""
+        """Running=False with the first pod's own reason (ImagePullBackOff, FailedMount,
+        Unschedulable, ...) when one says; an event when that reason changes, not on every pass."""
         message = f"{ready}/{total} pods ready"
-        waiting = why_not_running(self.gang)
+        waiting = why_not_running(self.gang, self.o.pod_events)
         if waiting is None:
             self._condition(CONDITION_RUNNING, False, REASON_PODS_NOT_READY, message)
             return

@@ -44,6 +44,10 @@ class Observed:
     lost_nodes: Set[str] = frozenset()
     """Names of the nodes the job's pods are on that are NotReady, Unknown, gone, or tainted
     node.kubernetes.io/out-of-service: no kubelet there will confirm a pod's end."""
+    pod_events: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
+    """pod name -> the core/v1 Events about it, read only for the current gang's pods that
+    hang in ContainerCreating (policies/waiting.pods_to_ask): a volume that cannot be
+    mounted or attached is said nowhere else."""
     create_error: CreateError | None = None
     """The API server refused a create of this pass's plan: the executor plans again with
     it, and the planner fails the job (permanent) or says why it waits (transient)."""

@@ -45,9 +45,10 @@ from dtjob_operator.naming import progress_config_map_name
 from dtjob_operator.policies.create_errors import CreateError, create_error_of
 from dtjob_operator.policies.nodes import lost_nodes
 from dtjob_operator.policies.ownership import ownership_conflict
-from dtjob_operator.policies.pods import is_terminating, node_of
+from dtjob_operator.policies.pods import is_terminating, name_of, node_of
 from dtjob_operator.policies.times import parse_time
 from dtjob_operator.policies.too_deep import too_deep_message, too_deep_path, too_deep_status
+from dtjob_operator.policies.waiting import pods_to_ask
 from dtjob_operator.settings import OperatorSettings
 from dtjob_operator.workqueue import WorkQueue
 
@@ -320,6 +321,7 @@ class Reconciler:
             progress=read_progress(name, config_maps),
             now=datetime.now(UTC),
             checkpoint_claim=self.api.get_pvc(namespace, claim_name) if claim_name else None,
+            pod_events=self._pod_events(job, pods),
             **admission,
         )
         plan = lifecycle.plan(observed, self.settings)
@@ -388,6 +390,27 @@ class Reconciler:
         needs its node's word, so a healthy pass lists no nodes."""
         wanted = {node for p in pods if is_terminating(p) and (node := node_of(p))}
         return lost_nodes(wanted, self.api.list_nodes()) if wanted else frozenset()
+
+    def _pod_events(self, job: Obj, pods: list[Obj]) -> dict[str, list[Obj]]:
+        """The Events of the gang's pods that hang in ContainerCreating: a volume that cannot
+        be mounted or attached is said only there. One list per such pod (concurrently);
+        none at all in a pass where no pod waits so, which is nearly every pass."""
+        names = pods_to_ask(job, pods)
+        if not names:
+            return {}
+        namespace = job["metadata"]["namespace"]
+        uids = {name_of(p): p["metadata"].get("uid") for p in pods}
+        try:
+            found = self._pool.map(
+                lambda n: self.api.list_pod_events(namespace, n, uids.get(n)), names
+            )
+            return dict(zip(names, found, strict=True))
+        except ApiException as exc:
+            # Only the answer to "why" is lost (e.g. a chart without events list): the job
+            # still shows PodsNotReady, and the pass goes on.
+            log.warning("listing events of %s/%s's pods refused: %s %s",
+                        namespace, job["metadata"]["name"], exc.status, exc.reason)  # fmt: skip
+            return {}
 
     def _create_children(self, plan: lifecycle.Plan, job: Obj) -> CreateError | None:
         """Create the plan's children; the API server's refusal, if any (a permanent one

@@ -102,9 +102,11 @@ tests/unit/operator/test_chart.py fails on any difference.
 - apiGroups: [""]
   resources: [persistentvolumeclaims]
   verbs: [get]
+# create: the job's events; list: the events of a pod that hangs in ContainerCreating, the
+# only place a volume that cannot be mounted or attached is named (FailedMount).
 - apiGroups: [""]
   resources: [events]
-  verbs: [create]
+  verbs: [create, list]
 - apiGroups: [""]
   resources: [resourcequotas]
   verbs: [list, watch]
