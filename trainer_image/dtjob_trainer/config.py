@@ -184,6 +184,7 @@ class DatasetConfig(_Section):
     type: DatasetType = DatasetType.DIGITS
     test_fraction: float = Field(default=0.2, gt=0.0, lt=1.0)
     samples: int = Field(default=8192, ge=1)
+    eval_samples: int = Field(default=10000, ge=1)
 
 
 class OptimizerConfig(_Section):

@@ -29,6 +29,18 @@ def never_fits(gang: Sequence[PodDemand], nodes: Sequence[Node]) -> str | None:
     return None
 
 
+def usable_nodes(gang: Sequence[PodDemand], nodes: Sequence[Node]) -> list[Node]:
+    """The nodes some pod of the gang may land on (nodeSelector and taints; resources aside):
+    the only ones whose size matters to it."""
+    return [n for n in nodes if any(_may_use(p, n) for p in gang)]
+
+
+def _may_use(pod: PodDemand, node: Node) -> bool:
+    return all(node.labels.get(k) == v for k, v in pod.node_selector.items()) and all(
+        tolerates(pod.tolerations, t) for t in node.taints
+    )
+
+
 def _excluded(pod: PodDemand, nodes: Sequence[Node]) -> str | None:
     n = len(nodes)
     for res in sorted(r for r, v in pod.requests.items() if v > 0 and is_extended(r)):

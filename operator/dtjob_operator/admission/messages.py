@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from dtjob_operator.admission.diagnose import never_fits
+from dtjob_operator.admission.diagnose import never_fits, usable_nodes
 from dtjob_operator.admission.fit import Node, PodDemand, Quota
 from dtjob_operator.admission.resources import GPU, PODS, format_amount, is_gpu
 
@@ -78,9 +78,10 @@ def capacity_never(gang: Sequence[PodDemand], nodes: Sequence[Node]) -> str:
     if (why := never_fits(gang, nodes)) is not None:
         return f"can never be admitted: {why}"
     device = accelerator(gang)
-    biggest = max((n.allocatable.get(device, 0) for n in nodes), default=0)
+    usable = usable_nodes(gang, nodes)  # not the nodes its selector or taints rule out
+    biggest = max((n.allocatable.get(device, 0) for n in usable), default=0)
     return (
-        f"can never be admitted: needs {_gang_shape(gang, device)} and the {len(nodes)} Ready "
+        f"can never be admitted: needs {_gang_shape(gang, device)} and the {len(usable)} Ready "
         f"nodes it may use could not hold them even if empty (largest node: {biggest} {device})"
     )
 

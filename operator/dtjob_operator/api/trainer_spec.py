@@ -75,6 +75,9 @@ class DatasetSpec(ApiModel):
     """Share of Digits held out for the final accuracy."""
     samples: int = Field(default=8192, ge=1)
     """SyntheticTokens: number of generated sequences."""
+    evalSamples: int = Field(default=10000, ge=1)
+    """The final evaluation scores at most this many held-out samples (the first ones);
+    it streams them in chunks of bounded memory either way."""
 
 
 class OptimizerSpec(ApiModel):

@@ -67,3 +67,13 @@ def test_tolerated_taint_and_matching_selector_do_not_block() -> None:
     nodes = [node("t0", pool="a", taints=[TAINT])]
     gang = [pod(16, {"pool": "a"}, [{"key": "dedicated", "operator": "Exists"}])]
     assert f"needs 16 {GPU}" in capacity_never(gang, nodes)
+
+
+def test_the_numbers_count_only_the_nodes_the_gang_may_use() -> None:
+    # Two small nodes of its pool (4 GPUs each, one cordoned away) and big nodes it may not
+    # use: the message speaks of the one pool node, not of the 8-GPU nodes elsewhere.
+    pool = [node("p0", 4, pool="p")]
+    gang = [pod(4, {"pool": "p"}) for _ in range(2)]
+    message = capacity_never(gang, [*pool, *NODES])
+    assert "the 1 Ready nodes it may use could not hold them" in message
+    assert "(largest node: 4 nvidia.com/gpu)" in message

@@ -34,6 +34,9 @@ from dtjob_trainer.strategies.pipeline import (
 SCHEDULES = ["GPipe", "1F1B", "Interleaved1F1B"]
 # Not a multiple of any micro-batch count used here: exercises the padding of the eval set.
 EVAL_SAMPLES = 37
+# Chunks smaller than the set and not a divisor of it: a padded last chunk is scored right.
+EVAL_CHUNK = 16
+DEVICE = torch.device("cpu")
 
 
 def pipeline_spec(schedule: str, stages: int = 2, microbatches: int = 4, **trainer: Any) -> Any:
@@ -54,7 +57,9 @@ def one_pipeline_step(rank: int, world: int, spec: dict[str, Any]) -> dict[str, 
     grads = {
         n: q.grad.clone() for n, q in local_module(stages).named_parameters() if q.grad is not None
     }
-    acc = pipeline_accuracy(schedule, plan, data.x_test[:EVAL_SAMPLES], data.y_test[:EVAL_SAMPLES])
+    acc = pipeline_accuracy(
+        schedule, plan, data.x_test[:EVAL_SAMPLES], data.y_test[:EVAL_SAMPLES], EVAL_CHUNK, DEVICE
+    )
     return {
         "stages": plan.stage_indices(),
         "grads": grads,

@@ -31,7 +31,7 @@ from dtjob_trainer.console import Console
 from dtjob_trainer.context import RunContext, RunResult
 from dtjob_trainer.data import epoch_of
 from dtjob_trainer.errors import ConfigError, Preempted
-from dtjob_trainer.evaluate import accuracy
+from dtjob_trainer.evaluate import final_accuracy
 from dtjob_trainer.strategies._ps import PSClient, ShardServer, ShardState, serve, shard_bounds
 
 log = logging.getLogger(__name__)
@@ -290,5 +290,5 @@ def finish_result(
     """Fill rank 0's result: losses, held-out accuracy and parameters of `model`."""
     result.losses = list(losses)
     result.final_loss = losses[-1] if losses else None
-    result.accuracy = accuracy(model, ctx.data, ctx.device)
+    result.accuracy = final_accuracy(model, ctx)
     result.params = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}

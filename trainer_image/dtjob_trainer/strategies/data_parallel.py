@@ -9,7 +9,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from dtjob_trainer.context import RunContext, RunResult
 from dtjob_trainer.dist import flat_parameters
-from dtjob_trainer.evaluate import accuracy
+from dtjob_trainer.evaluate import final_accuracy
 from dtjob_trainer.loop import Trainable, run_loop
 from dtjob_trainer.optim import build_optimizer
 from dtjob_trainer.state import gather_full_state, load_full_state
@@ -39,7 +39,7 @@ def run(ctx: RunContext) -> RunResult:
             step=step,
             state_dict=lambda: gather_full_state(ddp, optimizer, ctx.rank),
             load_state_dict=lambda state: load_full_state(ddp, optimizer, state),
-            evaluate=lambda: accuracy(model, ctx.data, ctx.device) if ctx.rank == 0 else None,
+            evaluate=lambda: final_accuracy(model, ctx) if ctx.rank == 0 else None,
             samples_per_step=ctx.cfg.trainer.batch_size,
             replica=lambda: flat_parameters(model),
         ),

@@ -33,7 +33,7 @@ from torch import nn
 
 from dtjob_trainer.context import RunContext, RunResult
 from dtjob_trainer.dist import broadcast_object
-from dtjob_trainer.evaluate import accuracy
+from dtjob_trainer.evaluate import final_accuracy
 from dtjob_trainer.loop import Trainable, run_loop
 from dtjob_trainer.optim import build_optimizer
 from dtjob_trainer.strategies._async import (
@@ -169,7 +169,7 @@ def _run_sync(ctx: RunContext) -> RunResult:
         if ctx.rank != 0:
             return None
         load_flat(evaluation_model, centre.values)
-        return accuracy(evaluation_model, ctx.data, ctx.device)
+        return final_accuracy(evaluation_model, ctx)
 
     return run_loop(
         ctx,

@@ -11,7 +11,7 @@ from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
 
 from dtjob_trainer.context import RunContext, RunResult
 from dtjob_trainer.dist import flat_parameters
-from dtjob_trainer.evaluate import accuracy
+from dtjob_trainer.evaluate import final_accuracy
 from dtjob_trainer.loop import Trainable, run_loop
 from dtjob_trainer.optim import build_optimizer
 from dtjob_trainer.state import gather_full_state, load_full_state
@@ -60,5 +60,5 @@ def run_sharded(ctx: RunContext, offload: OffloadPolicy, name: str) -> RunResult
 
 
 def _accuracy_on_rank0(ctx: RunContext, model: torch.nn.Module) -> float | None:
-    value = accuracy(model, ctx.data, ctx.device)
+    value = final_accuracy(model, ctx)
     return value if ctx.rank == 0 else None

@@ -42,6 +42,7 @@ from dtjob_trainer.context import RunContext, RunResult
 from dtjob_trainer.data import batch
 from dtjob_trainer.dist import broadcast_object
 from dtjob_trainer.errors import ConfigError
+from dtjob_trainer.evaluate import eval_autocast, scored_rows
 from dtjob_trainer.loop import Trainable, run_loop
 from dtjob_trainer.models import loss_fn, split_into_stages
 from dtjob_trainer.optim import build_optimizer
@@ -161,21 +162,33 @@ def pipeline_accuracy(
     plan: PipelinePlan,
     x: torch.Tensor,
     y: torch.Tensor,
+    chunk: int,
+    device: torch.device,
 ) -> float | None:
     """Held-out accuracy through the pipeline (forward only), on the last-stage rank.
 
-    The schedule needs equal micro-batches, so the set is padded with its first samples up
-    to a multiple of the micro-batch count and the padding is not scored."""
+    The set goes through in chunks of `chunk` samples (the training batch of one pipeline:
+    memory known to fit), moved to the device one at a time, never all at once. The
+    schedule needs equal micro-batches, so a short last chunk is padded with its first
+    sample and the padding is not scored. Every rank of the pipeline runs the same chunks."""
+    chunk = max(plan.microbatches, chunk - chunk % plan.microbatches)
     n = x.shape[0]
-    pad = -n % plan.microbatches
-    if pad:
-        x = torch.cat([x, x[:pad].expand(pad, *x.shape[1:])])
-        y = torch.cat([y, y[:pad].expand(pad, *y.shape[1:])])
-    _, out = pipeline_step(schedule, plan, x, y, train=False)
-    if out is None:
+    correct = 0
+    with eval_autocast(device):
+        for start in range(0, n, chunk):
+            xs, ys = x[start : start + chunk], y[start : start + chunk]
+            rows = xs.shape[0]
+            if pad := chunk - rows:
+                xs = torch.cat([xs, xs[:1].expand(pad, *xs.shape[1:])])
+                ys = torch.cat([ys, ys[:1].expand(pad, *ys.shape[1:])])
+            _, out = pipeline_step(schedule, plan, xs.to(device), ys.to(device), train=False)
+            if out is not None:
+                pred = out[:rows].argmax(dim=-1)
+                correct += int((pred == ys[:rows].to(device)).sum().item())
+    if not plan.has_last:
         return None
-    pred = out[:n].argmax(dim=-1)
-    return int((pred == y[:n]).sum().item()) / n
+    per_sample = y[0].numel() if y.dim() > 1 else 1
+    return correct / max(n * per_sample, 1)
 
 
 def run_pipeline(
@@ -241,7 +254,10 @@ def run_pipeline(
         acc = None
         if dp_rank == 0:
             data = ctx.data
-            acc = pipeline_accuracy(schedule, plan, data.x_test.to(device), data.y_test.to(device))
+            n = scored_rows(data, cfg.dataset.eval_samples)
+            acc = pipeline_accuracy(
+                schedule, plan, data.x_test[:n], data.y_test[:n], cfg.batch_size // dp_size, device
+            )
         box = torch.tensor([acc if acc is not None else 0.0], dtype=torch.float64, device=device)
         dist.broadcast(box, src=last_rank_of_replica0)
         return float(box.item()) if ctx.rank == 0 else None

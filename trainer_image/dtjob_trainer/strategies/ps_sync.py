@@ -20,7 +20,7 @@ from torch import nn
 from dtjob_trainer.context import RunContext, RunResult
 from dtjob_trainer.dist import broadcast_object, flat_parameters
 from dtjob_trainer.errors import ConfigError
-from dtjob_trainer.evaluate import accuracy
+from dtjob_trainer.evaluate import final_accuracy
 from dtjob_trainer.loop import Trainable, run_loop
 from dtjob_trainer.optim import build_optimizer
 from dtjob_trainer.strategies.common import shard_forward_backward
@@ -143,7 +143,7 @@ def run(ctx: RunContext) -> RunResult:
             step=step_servers if n_ps else step_allreduce,
             state_dict=state_dict,
             load_state_dict=load_state_dict,
-            evaluate=lambda: accuracy(model, ctx.data, ctx.device) if ctx.rank == 0 else None,
+            evaluate=lambda: final_accuracy(model, ctx) if ctx.rank == 0 else None,
             samples_per_step=ctx.cfg.trainer.batch_size,
             replica=lambda: flat_parameters(model),
         ),
