@@ -122,7 +122,7 @@ class Checkpointer:
             if not path.is_file():
                 continue
             try:
-                data = torch.load(path, map_location="cpu", weights_only=False)
+                data = torch.load(path, map_location="cpu", weights_only=True)
             except Exception as exc:
                 log.warning("skipping unreadable checkpoint %s: %s", path, exc)
                 continue

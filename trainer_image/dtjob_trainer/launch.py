@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -93,13 +93,33 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def resolve_local_backend(cfg: TrainerConfig) -> str:
-    """auto -> nccl only when every process can have its own GPU (NCCL refuses sharing)."""
+def resolve_local_backend(cfg: TrainerConfig, warn: Callable[[str], None] = print) -> str:
+    """auto -> nccl only when every process can have its own GPU (NCCL refuses sharing).
+    A job that asks for GPUs and is sent to gloo (so to the CPU) is told so loudly: a
+    silent fallback would look like a very slow GPU job."""
     if cfg.strategy.backend != "auto":
         return cfg.strategy.backend
     import torch
 
-    return "nccl" if torch.cuda.device_count() >= cfg.world_size() else "gloo"
+    devices, world = torch.cuda.device_count(), cfg.world_size()
+    if devices >= world:
+        return "nccl"
+    if wanted := requested_gpus(cfg):
+        warn(
+            f"WARNING: the job asks for {wanted} GPU(s) but this machine has {devices} visible "
+            f"for {world} processes: training on the CPU with gloo. Use --nproc {devices} "
+            "(one process per GPU) to train on the GPUs."
+            if devices
+            else f"WARNING: the job asks for {wanted} GPU(s) but no CUDA device is visible "
+            "(driver, CUDA_VISIBLE_DEVICES?): training on the CPU with gloo."
+        )
+    return "gloo"
+
+
+def requested_gpus(cfg: TrainerConfig) -> int:
+    """GPUs the job's roles ask for in all."""
+    roles = (cfg.roles.worker, cfg.roles.ps, cfg.roles.stage)
+    return sum(r.replicas * r.gpus for r in roles if r is not None)
 
 
 def child_base_env(environ: Mapping[str, str]) -> dict[str, str]:

@@ -1,0 +1,42 @@
+"""Checkpoints are loaded with `torch.load(weights_only=True)` (no pickled code runs from a
+checkpoint volume): every strategy's state must consist of tensors and plain containers, or
+its checkpoints would be skipped as unreadable and a restarted job would start over. Each
+CPU example runs a few steps with a checkpoint at the end, and the loader must read it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from unit.trainer.harness import launch
+
+from dtjob_trainer.checkpoint import Checkpointer
+
+EXAMPLES = sorted((Path(__file__).parents[3] / "examples" / "cpu").glob("*.yaml"))
+STEPS = 4
+
+
+def short_run(example: Path) -> dict[str, Any]:
+    """The example's spec, trained for a few steps with a checkpoint at the last one."""
+    spec: dict[str, Any] = yaml.safe_load(example.read_text())["spec"]
+    trainer = {**spec["trainer"], "steps": STEPS, "logEverySteps": 1}
+    trainer.pop("command", None)
+    for role in spec["roles"].values():  # no pod resources locally
+        for key in ("cpu", "memory"):
+            role.pop(key, None)
+    return {**spec, "trainer": trainer, "checkpoint": {"everySteps": STEPS, "keep": 1}}
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+def test_every_strategys_checkpoint_loads_with_weights_only(example: Path, tmp_path: Path) -> None:
+    outcome = launch(short_run(example), tmp_path, timeout=300)
+    assert outcome.rc == 0, outcome.output[-3000:]
+    # Asynchronous parameter-server modes checkpoint on each server (ps-<i>/), counting
+    # the server's own updates; the others write one checkpoint of the job's steps.
+    servers = sorted(outcome.checkpoint_dir.glob("ps-*"))
+    for directory in servers or [outcome.checkpoint_dir]:
+        loaded = Checkpointer(directory).load_latest()
+        assert loaded is not None, (directory, outcome.output[-3000:])
+        assert loaded.state and (loaded.step > 0 if servers else loaded.step == STEPS)

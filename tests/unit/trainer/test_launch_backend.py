@@ -1,0 +1,41 @@
+"""The local launcher's backend: NCCL only when every process has a GPU; a job that asks
+for GPUs and falls back to the CPU is told so, never silently."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from unit.trainer.harness import a_spec
+
+from dtjob_trainer.config import load_config
+from dtjob_trainer.launch import requested_gpus, resolve_local_backend
+
+
+def spec(gpus: int, backend: str = "auto") -> dict[str, Any]:
+    s = a_spec("DataParallel", workers=2)
+    s["roles"]["worker"]["gpus"] = gpus
+    s["strategy"]["backend"] = backend
+    return s
+
+
+def test_requested_gpus_sums_the_roles() -> None:
+    assert requested_gpus(load_config(spec(4))) == 8
+    assert requested_gpus(load_config(spec(0))) == 0
+
+
+@pytest.mark.skipif(torch.cuda.device_count() >= 2, reason="needs fewer GPUs than processes")
+def test_a_gpu_job_sent_to_the_cpu_is_warned() -> None:
+    said: list[str] = []
+    assert resolve_local_backend(load_config(spec(1)), said.append) == "gloo"
+    (line,) = said
+    assert line.startswith("WARNING: the job asks for 2 GPU(s)") and "on the CPU" in line
+
+
+def test_no_warning_for_a_cpu_job_or_an_explicit_backend() -> None:
+    said: list[str] = []
+    if torch.cuda.device_count() < 2:
+        assert resolve_local_backend(load_config(spec(0)), said.append) == "gloo"
+    assert resolve_local_backend(load_config(spec(1, "gloo")), said.append) == "gloo"
+    assert said == []
