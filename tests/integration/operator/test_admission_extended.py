@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -155,6 +156,7 @@ def test_a_restarted_gang_that_no_longer_fits_waits_in_the_queue_not_in_pending_
     # One node is cordoned, then the gang fails and restarts: the new gang (2 x 4 GPUs) no
     # longer fits the one node left, so it is queued again instead of leaving a pod Pending.
     core.patch_node(nodes[1], {"spec": {"unschedulable": True}})
+    failed_at = time.monotonic()
     exit_pod(core, namespace, "refit-worker-1", 137)
     # The release is said in a Warning event; the next pass then gives the queue's verdict
     # (position and numbers) in the condition.
@@ -162,6 +164,7 @@ def test_a_restarted_gang_that_no_longer_fits_waits_in_the_queue_not_in_pending_
         lambda: events_for(core, namespace, "refit", "Inadmissible"),
         what="the restarted gang released back to the queue",
     )
+    released_after = time.monotonic() - failed_at
     assert event.type == "Warning"
     assert event.message.startswith("the restarted gang no longer fits (can never be admitted")
     st = wait_for(
@@ -179,8 +182,13 @@ def test_a_restarted_gang_that_no_longer_fits_waits_in_the_queue_not_in_pending_
     assert not job_pods(core, namespace, "refit")
 
     # The node is back: the queue admits the gang and it runs again, one restart counted.
+    back_at = time.monotonic()
     core.patch_node(nodes[1], {"spec": {"unschedulable": False}})
     st = wait_phase(cluster.api, namespace, "refit", "Running")
+    print(
+        f"\nrestarted gang that no longer fits: back in the queue {released_after:.1f}s after "
+        f"the failure; Running {time.monotonic() - back_at:.1f}s after the node came back"
+    )
     assert st["restarts"] == 1 and admitted(st)["status"] == "True"
     pods = job_pods(core, namespace, "refit")
     assert {p.metadata.labels["dtjob.io/generation"] for p in pods} == {"1"}
