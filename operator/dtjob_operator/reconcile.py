@@ -45,6 +45,7 @@ from dtjob_operator.policies.create_errors import CreateError, create_error_of
 from dtjob_operator.policies.nodes import lost_nodes
 from dtjob_operator.policies.ownership import ownership_conflict
 from dtjob_operator.policies.pods import is_terminating, node_of
+from dtjob_operator.policies.slow_start import create_in_batches
 from dtjob_operator.policies.times import parse_time
 from dtjob_operator.policies.too_deep import too_deep_message, too_deep_path, too_deep_status
 from dtjob_operator.settings import OperatorSettings
@@ -390,8 +391,9 @@ class Reconciler:
         """Create the plan's children; the API server's refusal, if any (a permanent one
         in preference, since it decides the job's fate)."""
         # The other children first and in order (pods mount the ConfigMap, run as the
-        # ServiceAccount); then the gang's pods concurrently, since a large gang created one
-        # POST at a time takes seconds to start.
+        # ServiceAccount); then the gang's pods in slow-start batches, each concurrently
+        # (a large gang created one POST at a time takes seconds to start; a refused gang
+        # stops after its first refusal instead of sending one doomed POST per pod).
         uid = job["metadata"]["uid"]
         for obj in plan.create:
             if obj["kind"] == "Pod":
@@ -402,7 +404,11 @@ class Reconciler:
             if obj["kind"] != "ConfigMap":
                 self._ensured.setdefault(uid, set()).add((obj["kind"], obj["metadata"]["name"]))
         pods_to_create = [obj for obj in plan.create if obj["kind"] == "Pod"]
-        results = list(self._pool.map(lambda pod: self._try_create(pod, job), pods_to_create))
+        results = create_in_batches(
+            pods_to_create,
+            lambda batch: list(self._pool.map(lambda pod: self._try_create(pod, job), batch)),
+            refused=lambda result: result[1] is not None,
+        )
         self.metrics.pods_created.inc(sum(created for created, _ in results))
         errors = [error for _, error in results if error is not None]
         errors.sort(key=lambda e: not e.permanent)
