@@ -6,4 +6,5 @@ bench: ## run every benchmark (CPU; the GPU ones record "skipped" without CUDA) 
 	$(PY) bench/pipeline_bubble.py
 	$(PY) bench/operator_scale.py
 	$(PY) bench/admission.py --cluster
+	$(PY) bench/api_load.py
 	@for f in bench/results/*.json; do echo "== $$f"; cat $$f; done

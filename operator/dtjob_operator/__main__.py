@@ -16,6 +16,7 @@ from dtjob_operator.health import serve_liveness
 from dtjob_operator.k8s import KubeApi, load_client_config
 from dtjob_operator.leader import LeaderElector
 from dtjob_operator.metrics import OperatorMetrics
+from dtjob_operator.ratelimit import TokenBucket
 from dtjob_operator.reconcile import Reconciler
 from dtjob_operator.settings import OperatorSettings
 
@@ -52,9 +53,10 @@ def main() -> None:
     sys.setrecursionlimit(max(sys.getrecursionlimit(), RECURSION_LIMIT))
     threading.stack_size(THREAD_STACK_BYTES)
     api_client = load_client_config(
-        (settings.api_connect_timeout_seconds, settings.api_read_timeout_seconds)
+        (settings.api_connect_timeout_seconds, settings.api_read_timeout_seconds),
+        TokenBucket(settings.api_qps, settings.api_burst),
     )
-    api = KubeApi(api_client)
+    api = KubeApi(api_client, settings.api_list_page_size)
     elector: LeaderElector | None = None
     if not settings.standalone:
         namespace = (

@@ -20,6 +20,7 @@ from kubernetes.client.exceptions import ApiException
 
 from dtjob_operator.api import GROUP, KIND, PLURAL, VERSION
 from dtjob_operator.constants import LABEL_JOB_NAME
+from dtjob_operator.ratelimit import TokenBucket
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
@@ -86,10 +87,33 @@ class NotLeaderError(Exception):
     """A write refused locally: this replica does not hold the leader Lease (any more)."""
 
 
-def _items(resp: object) -> list[Obj]:
-    """Items of a list call made with _preload_content=False (raw JSON, camelCase)."""
-    items: list[Obj] = json.loads(cast(Any, resp).data)["items"]
-    return items
+def _page(resp: object) -> tuple[list[Obj], str | None]:
+    """Items and continue token of a list call made with _preload_content=False."""
+    body = json.loads(cast(Any, resp).data)
+    items: list[Obj] = body.get("items") or []
+    return items, (body.get("metadata") or {}).get("continue") or None
+
+
+def list_pages(call: Callable[..., object], page_size: int, **kwargs: Any) -> list[Obj]:
+    """Every item of a list call, fetched `page_size` at a time (limit + continue), raw JSON.
+
+    A continue token the API server no longer knows (410 Expired: compacted away during a
+    long list) restarts the list in one piece, as client-go's pager does: the pages already
+    read may be from an older revision than the rest, so they are dropped."""
+    items: list[Obj] = []
+    token: str | None = None
+    while True:
+        try:
+            resp = call(**kwargs, limit=page_size, _continue=token, _preload_content=False)
+        except ApiException as exc:
+            if exc.status != 410 or token is None:
+                raise
+            log.info("list continue token expired after %d items; listing again", len(items))
+            return _page(call(**kwargs, _preload_content=False))[0]
+        page, token = _page(resp)
+        items.extend(page)
+        if not token:
+            return items
 
 
 class GuardedApiClient(client.ApiClient):
@@ -97,6 +121,9 @@ class GuardedApiClient(client.ApiClient):
 
     - A connect and a read timeout on every call that sets none: a half-open connection
       would otherwise block a reconcile worker for good.
+    - A client-side rate limit (`limiter`, a token bucket): every call but the leader
+      Lease's waits for a token, so a burst of reconciles cannot flood the API server, and
+      a Lease renewal never queues behind a gang's creates.
     - The leader guard: a replica that does not lead refuses every write locally (its own
       Lease renewals excepted), however the call got there.
     - Reachability: after calls failed because the API server was unreachable, the first
@@ -104,9 +131,15 @@ class GuardedApiClient(client.ApiClient):
       operator can look at every job again without waiting out its retry backoffs.
     """
 
-    def __init__(self, configuration: client.Configuration, timeout: tuple[float, float]) -> None:
+    def __init__(
+        self,
+        configuration: client.Configuration,
+        timeout: tuple[float, float],
+        limiter: TokenBucket | None = None,
+    ) -> None:
         super().__init__(configuration)
         self.request_timeout = timeout
+        self.limiter = limiter
         self.may_write: Callable[[], bool] = lambda: True
         self.on_recovered: Callable[[float], None] = lambda _seconds: None
         self._lock = threading.Lock()
@@ -123,6 +156,8 @@ class GuardedApiClient(client.ApiClient):
     ) -> Any:
         if method not in ("GET", "HEAD") and not self.may_write() and not _is_lease_url(url):
             raise NotLeaderError(f"{method} {url.split('?')[0]}: this replica does not lead")
+        if self.limiter is not None and not _is_lease_url(url):
+            self.limiter.acquire()
         try:
             resp = super().call_api(
                 method, url, header_params, body, post_params,
@@ -151,10 +186,13 @@ def _is_lease_url(url: str) -> bool:
     return "/apis/coordination.k8s.io/" in url
 
 
-def load_client_config(timeout: tuple[float, float] = (5.0, 30.0)) -> GuardedApiClient:
+def load_client_config(
+    timeout: tuple[float, float] = (5.0, 30.0), limiter: TokenBucket | None = None
+) -> GuardedApiClient:
     """In-cluster credentials when running in a pod, else the kubeconfig (KUBECONFIG).
 
-    `timeout` is (connect, read) in seconds for every call that sets none."""
+    `timeout` is (connect, read) in seconds for every call that sets none; `limiter`, if
+    given, paces every call (GuardedApiClient)."""
     try:
         config.load_incluster_config()  # type: ignore[no-untyped-call]
     except config.ConfigException:
@@ -162,16 +200,18 @@ def load_client_config(timeout: tuple[float, float] = (5.0, 30.0)) -> GuardedApi
     cfg = client.Configuration.get_default_copy()
     # Reconcile workers and the per-pod call pool share one connection pool.
     cfg.connection_pool_maxsize = 64
-    api = GuardedApiClient(cfg, timeout)
+    api = GuardedApiClient(cfg, timeout, limiter)
     # Named in the API server's audit log and metrics, apart from other Python clients.
     api.user_agent = USER_AGENT
     return api
 
 
 class KubeApi:
-    """Thin typed wrapper over the calls the reconciler makes."""
+    """Thin typed wrapper over the calls the reconciler makes. Every list is paginated
+    (`page_size` items a page)."""
 
-    def __init__(self, api_client: client.ApiClient) -> None:
+    def __init__(self, api_client: client.ApiClient, page_size: int = 500) -> None:
+        self.page_size = page_size
         self.core = client.CoreV1Api(api_client)
         self.rbac = client.RbacAuthorizationV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
@@ -196,10 +236,10 @@ class KubeApi:
 
     def list_pods(self, namespace: str, job_name: str) -> list[Obj]:
         """Pods labelled as belonging to the job, as raw JSON."""
-        resp = self.core.list_namespaced_pod(
-            namespace, label_selector=f"{LABEL_JOB_NAME}={job_name}", _preload_content=False
-        )
-        return _items(resp)
+        return list_pages(
+            self.core.list_namespaced_pod, self.page_size,
+            namespace=namespace, label_selector=f"{LABEL_JOB_NAME}={job_name}",
+        )  # fmt: skip
 
     def get_pvc(self, namespace: str, name: str) -> Obj | None:
         """A PersistentVolumeClaim as raw JSON, or None when it does not exist."""
@@ -229,37 +269,34 @@ class KubeApi:
 
     def list_jobs(self, namespaces: list[str] | None = None) -> list[Obj]:
         """Every DistributedTrainingJob, or those of `namespaces`."""
+        kind = {"group": GROUP, "version": VERSION, "plural": PLURAL}
         if not namespaces:
-            resp = self.custom.list_cluster_custom_object(
-                GROUP, VERSION, PLURAL, _preload_content=False
-            )
-            return _items(resp)
+            return list_pages(self.custom.list_cluster_custom_object, self.page_size, **kind)
         jobs: list[Obj] = []
         for ns in namespaces:
-            resp = self.custom.list_namespaced_custom_object(
-                GROUP, VERSION, ns, PLURAL, _preload_content=False
+            jobs += list_pages(
+                self.custom.list_namespaced_custom_object, self.page_size, namespace=ns, **kind
             )
-            jobs.extend(_items(resp))
         return jobs
 
     def list_all_pods(self) -> list[Obj]:
         """Every pod not yet finished, cluster-wide (what holds node and quota room)."""
-        resp = self.core.list_pod_for_all_namespaces(
-            field_selector="status.phase!=Succeeded,status.phase!=Failed", _preload_content=False
-        )
-        return _items(resp)
+        return list_pages(
+            self.core.list_pod_for_all_namespaces, self.page_size,
+            field_selector="status.phase!=Succeeded,status.phase!=Failed",
+        )  # fmt: skip
 
     def list_nodes(self) -> list[Obj]:
         """Every node."""
-        return _items(self.core.list_node(_preload_content=False))
+        return list_pages(self.core.list_node, self.page_size)
 
     def list_resource_quotas(self) -> list[Obj]:
         """Every ResourceQuota, cluster-wide."""
-        return _items(self.core.list_resource_quota_for_all_namespaces(_preload_content=False))
+        return list_pages(self.core.list_resource_quota_for_all_namespaces, self.page_size)
 
     def list_priority_classes(self) -> list[Obj]:
         """Every PriorityClass."""
-        return _items(self.scheduling.list_priority_class(_preload_content=False))
+        return list_pages(self.scheduling.list_priority_class, self.page_size)
 
     # -- leader election ----------------------------------------------------------------
 
@@ -298,10 +335,10 @@ class KubeApi:
 
     def list_config_maps(self, namespace: str, job_name: str) -> list[Obj]:
         """ConfigMaps labelled as belonging to the job, as raw JSON."""
-        resp = self.core.list_namespaced_config_map(
-            namespace, label_selector=f"{LABEL_JOB_NAME}={job_name}", _preload_content=False
-        )
-        return _items(resp)
+        return list_pages(
+            self.core.list_namespaced_config_map, self.page_size,
+            namespace=namespace, label_selector=f"{LABEL_JOB_NAME}={job_name}",
+        )  # fmt: skip
 
     # -- writes -------------------------------------------------------------------------
 

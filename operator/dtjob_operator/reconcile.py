@@ -46,6 +46,7 @@ from dtjob_operator.policies.create_errors import CreateError, create_error_of
 from dtjob_operator.policies.nodes import lost_nodes
 from dtjob_operator.policies.ownership import ownership_conflict
 from dtjob_operator.policies.pods import is_terminating, name_of, node_of
+from dtjob_operator.policies.slow_start import create_in_batches
 from dtjob_operator.policies.times import parse_time
 from dtjob_operator.policies.too_deep import too_deep_message, too_deep_path, too_deep_status
 from dtjob_operator.policies.waiting import pods_to_ask
@@ -103,6 +104,17 @@ def checkpoint_claim_name(job: Obj) -> str | None:
     if isinstance(name, str) and len(name) <= 253 and re.fullmatch(DNS1123_SUBDOMAIN, name):
         return name
     return None
+
+
+def next_look(requeue_after: float | None, claim_name: str | None, resync: float) -> float | None:
+    """When to look at a job again: the planner's answer, but within `resync` for a job that
+    names a checkpoint claim. The claim is read, not watched, so a claim lost or bound
+    meanwhile is seen within a resync like any other unwatched wait; the planner's floor for
+    an active job (settings.progress_sync_seconds) trusts the watches of its pods and
+    progress ConfigMap."""
+    if claim_name and requeue_after is not None:
+        return min(requeue_after, resync)
+    return requeue_after
 
 
 def _admitted(status: dict[str, Any]) -> bool:
@@ -359,7 +371,7 @@ class Reconciler:
         self.metrics.observe_phase(key, plan.status.get("phase"))
         if retry_after is not None:
             return retry_after
-        return plan.requeue_after
+        return next_look(plan.requeue_after, claim_name, self.settings.resync_seconds)
 
     def _record_admission_first(
         self, job: Obj, old: dict[str, Any], plan: lifecycle.Plan
@@ -416,8 +428,9 @@ class Reconciler:
         """Create the plan's children; the API server's refusal, if any (a permanent one
         in preference, since it decides the job's fate)."""
         # The other children first and in order (pods mount the ConfigMap, run as the
-        # ServiceAccount); then the gang's pods concurrently, since a large gang created one
-        # POST at a time takes seconds to start.
+        # ServiceAccount); then the gang's pods in slow-start batches, each concurrently
+        # (a large gang created one POST at a time takes seconds to start; a refused gang
+        # stops after its first refusal instead of sending one doomed POST per pod).
         uid = job["metadata"]["uid"]
         for obj in plan.create:
             if obj["kind"] == "Pod":
@@ -428,7 +441,11 @@ class Reconciler:
             if obj["kind"] != "ConfigMap":
                 self._ensured.setdefault(uid, set()).add((obj["kind"], obj["metadata"]["name"]))
         pods_to_create = [obj for obj in plan.create if obj["kind"] == "Pod"]
-        results = list(self._pool.map(lambda pod: self._try_create(pod, job), pods_to_create))
+        results = create_in_batches(
+            pods_to_create,
+            lambda batch: list(self._pool.map(lambda pod: self._try_create(pod, job), batch)),
+            refused=lambda result: result[1] is not None,
+        )
         self.metrics.pods_created.inc(sum(created for created, _ in results))
         errors = [error for _, error in results if error is not None]
         errors.sort(key=lambda e: not e.permanent)

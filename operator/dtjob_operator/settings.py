@@ -54,8 +54,13 @@ class OperatorSettings(BaseSettings):
     """Allow hostPath volumes in job pod templates. Off: a hostPath volume gives the pod the
     node's files, which only a trusted namespace should have; the job fails with
     InvalidSpec naming the volume."""
-    progress_sync_seconds: float = Field(default=5.0, gt=0, le=3600)
-    """While a job runs, how often its progress is copied into status at the latest."""
+    progress_sync_seconds: float = Field(default=60.0, gt=0, le=3600)
+    """While a job starts or runs, how often it is looked at when nothing about it changed.
+    Its pods and its progress ConfigMap are watched, so a change (progress included) is
+    copied into status at once; timers the job asked for (activeDeadlineSeconds, the pods-
+    ready timeout) fire on time. This is only a safety net, and each look costs the API
+    server three requests per job, so it is not short (it was 5 s: 0.6 requests/s per
+    running job at rest, bench/results/api_load.json)."""
     force_delete_margin_seconds: float = Field(default=30.0, ge=0, le=3600)
     """A pod terminating on a lost node (NotReady, Unknown, gone, out-of-service) is
     force-deleted this long after its grace period ended (docs/lifecycle.md)."""
@@ -92,6 +97,15 @@ class OperatorSettings(BaseSettings):
     api_read_timeout_seconds: float = Field(default=30.0, gt=0, le=600)
     """Read timeout of every Kubernetes API call (not watches): a call whose answer does not
     come in this long fails and is retried, so a half-open connection never blocks a worker."""
+    api_qps: float = Field(default=100.0, gt=0, le=10000)
+    """Requests per second the operator's API client sends on average (a token bucket;
+    kopf's watches and the leader Lease are not counted). Protects the API server from a
+    burst of reconciles; a call waits for a token rather than failing."""
+    api_burst: int = Field(default=200, ge=1, le=100000)
+    """Requests the client may send at once above api_qps (the token bucket's size)."""
+    api_list_page_size: int = Field(default=500, ge=1, le=100000)
+    """Items per page of every list call (limit + continue): one huge response would hold
+    the API server's and the operator's memory for all of it at once."""
     watch_inactivity_seconds: float = Field(default=70.0, gt=0, le=3600)
     """A watch that has seen no event (bookmarks included) this long is re-opened from where it
     was; the API server sends a bookmark about every minute on a healthy watch."""

@@ -147,6 +147,25 @@ def test_every_env_var_is_a_setting_the_operator_reads() -> None:
     assert parsed.standalone is True and parsed.namespaces == []
 
 
+def test_api_client_limits_come_from_values() -> None:
+    defaults = env(render())
+    assert defaults["DTJOB_API_QPS"] == "100"
+    assert defaults["DTJOB_API_BURST"] == "200"
+    assert defaults["DTJOB_API_LIST_PAGE_SIZE"] == "500"
+    assert defaults["DTJOB_API_CONNECT_TIMEOUT_SECONDS"] == "5"
+    assert defaults["DTJOB_API_READ_TIMEOUT_SECONDS"] == "30"
+    # The chart's defaults are the operator's own, so an install without values behaves
+    # like `python -m dtjob_operator`.
+    s = OperatorSettings()
+    assert (s.api_qps, s.api_burst, s.api_list_page_size) == (100, 200, 500)
+    assert (s.api_connect_timeout_seconds, s.api_read_timeout_seconds) == (5, 30)
+    e = env(render("api.qps=20", "api.burst=30", "api.listPageSize=100",
+                   "api.connectTimeoutSeconds=2", "api.readTimeoutSeconds=10"))  # fmt: skip
+    parsed = OperatorSettings(**{k.removeprefix("DTJOB_").lower(): v for k, v in e.items()})
+    assert (parsed.api_qps, parsed.api_burst, parsed.api_list_page_size) == (20, 30, 100)
+    assert (parsed.api_connect_timeout_seconds, parsed.api_read_timeout_seconds) == (2, 10)
+
+
 def render_list(*sets: str) -> list[dict[str, Any]]:
     """`helm template` as a list (Roles of one name in several namespaces stay apart)."""
     args = ["template", "dtj", str(CHART), "--namespace", "dtjob-system"]

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from dtjob_operator.reconcile import checkpoint_claim_name
+from dtjob_operator.reconcile import checkpoint_claim_name, next_look
 
 
 @pytest.mark.parametrize(
@@ -28,3 +28,10 @@ from dtjob_operator.reconcile import checkpoint_claim_name
 )
 def test_claim_name(spec: Any, expected: str | None) -> None:
     assert checkpoint_claim_name({"spec": spec}) == expected
+
+
+def test_a_job_reading_an_unwatched_claim_is_looked_at_within_a_resync() -> None:
+    assert next_look(60.0, "ckpt", 10.0) == 10.0
+    assert next_look(3.0, "ckpt", 10.0) == 3.0  # an earlier timer of the planner stays
+    assert next_look(None, "ckpt", 10.0) is None  # finished: nothing to look at
+    assert next_look(60.0, None, 10.0) == 60.0  # everything it reads is watched

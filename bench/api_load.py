@@ -1,0 +1,211 @@
+"""The operator's API load at rest, writing bench/results/api_load.json:
+
+N running jobs x 4 pods on the local cluster's fake (KWOK) nodes, nothing changing. The
+figure is the kube-apiserver's own `apiserver_request_total` (WATCH excluded: an open watch
+is one request however long it lasts), counted over a window with the operator running,
+minus the same count over a window of the same length with the operator stopped (what the
+controller-manager, the scheduler and KWOK do on their own), by verb and resource. The
+metric has no client label, so the subtraction is what isolates the operator; the two
+windows are back to back in the same run. The operator's CPU time over its window is
+recorded too.
+
+Usage: python bench/api_load.py [--jobs N] [--window S] [--admission builtin|external]
+                                [--label NAME]
+The result is stored under `--label` (default "latest") in the JSON file, next to earlier
+labels (e.g. "baseline", measured before a change), with the command that repeats it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config
+
+TOP = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(TOP / "tests"))
+
+from operator_scale import cluster_kubeconfig  # noqa: E402
+
+from helpers.crd import install_crd  # noqa: E402
+from helpers.jobs import GROUP, PLURAL, VERSION, JobBuilder, create_job  # noqa: E402
+from helpers.kube import create_namespace, wait_for  # noqa: E402
+from helpers.operator import OperatorProcess  # noqa: E402
+
+PODS_PER_JOB = 4
+RESULTS = TOP / "bench" / "results" / "api_load.json"
+# Each fake node takes 110 pods by default; N x 4 pods need more slots on 4 nodes.
+NODE_POD_SLOTS = "1000"
+LINE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
+LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+Key = tuple[str, str, str]  # (verb, resource[/subresource], group)
+
+
+def request_counts(api: client.ApiClient) -> Counter[Key]:
+    """apiserver_request_total summed over codes, scopes and versions, WATCHes left out."""
+    method, url, headers, body, _ = api.param_serialize(
+        "GET", "/metrics", auth_settings=["BearerToken"]
+    )
+    resp = api.call_api(method, url, headers, body)
+    resp.read()
+    counts: Counter[Key] = Counter()
+    for line in resp.data.decode().splitlines():
+        m = LINE.match(line)
+        if not m:
+            continue
+        labels = dict(LABEL.findall(m["labels"]))
+        verb = labels.get("verb", "")
+        if verb in ("WATCH", "WATCHLIST", "CONNECT"):
+            continue
+        resource = labels.get("resource", "") or "(non-resource)"
+        if labels.get("subresource"):
+            resource += "/" + labels["subresource"]
+        counts[(verb, resource, labels.get("group", ""))] += int(float(m["value"]))
+    return counts
+
+
+def window(api: client.ApiClient, seconds: float) -> Counter[Key]:
+    before = request_counts(api)
+    time.sleep(seconds)
+    after = request_counts(api)
+    after.subtract(before)
+    return after
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process and its children so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def set_node_pod_slots(core: client.CoreV1Api, slots: str) -> dict[str, str]:
+    """Give every fake node `slots` pod slots; returns each node's former value."""
+    former = {}
+    for node in core.list_node(label_selector="type=kwok").items:
+        former[node.metadata.name] = node.status.allocatable.get("pods", "110")
+        res = {"pods": slots}
+        core.patch_node_status(
+            node.metadata.name, {"status": {"capacity": res, "allocatable": res}}
+        )
+    return former
+
+
+def running_jobs(api: client.ApiClient, ns: str) -> int:
+    items = client.CustomObjectsApi(api).list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL)[
+        "items"
+    ]
+    return sum(1 for j in items if (j.get("status") or {}).get("phase") == "Running")
+
+
+def per_second(counts: Counter[Key], seconds: float) -> dict[str, float]:
+    rows = {
+        f"{verb} {resource}" + (f" ({group})" if group else ""): round(n / seconds, 2)
+        for (verb, resource, group), n in counts.items()
+        if n
+    }
+    return dict(sorted(rows.items(), key=lambda kv: -abs(kv[1])))
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    kubeconfig = cluster_kubeconfig()
+    api = config.new_client_from_config(str(kubeconfig))
+    core = client.CoreV1Api(api)
+    install_crd(api)
+    former_slots = set_node_pod_slots(core, NODE_POD_SLOTS)
+    log = Path(tempfile.mkdtemp()) / "operator.log"
+    env = {"DTJOB_LOG_LEVEL": "WARNING", "DTJOB_ADMISSION": args.admission}
+    op = OperatorProcess(kubeconfig, log, env)
+    ns = create_namespace(core, "apiload")
+    op.start()
+    try:
+        start = time.monotonic()
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda i: create_job(api, ns, job(f"r-{i}")), range(args.jobs)))
+        wait_for(lambda: running_jobs(api, ns) == args.jobs, timeout=900, interval=2,
+                 what=f"{args.jobs} running jobs")  # fmt: skip
+        to_running = time.monotonic() - start
+        time.sleep(args.settle)  # the last status writes and admission passes
+        assert op.proc is not None
+        cpu0 = cpu_seconds(op.proc.pid)
+        with_operator = window(api, args.window)
+        cpu = cpu_seconds(op.proc.pid) - cpu0
+        op.stop()
+        time.sleep(5)  # its last calls are done and counted before the second window
+        without = window(api, args.window)
+    finally:
+        op.stop()
+        core.delete_namespace(ns)
+        for node, slots in former_slots.items():
+            core.patch_node_status(
+                node, {"status": {"capacity": {"pods": slots}, "allocatable": {"pods": slots}}}
+            )
+    caused = Counter(with_operator)
+    caused.subtract(without)
+    total = sum(caused.values()) / args.window
+    return {
+        "jobs": args.jobs,
+        "pods_per_job": PODS_PER_JOB,
+        "admission": args.admission,
+        "window_s": args.window,
+        "operator_requests_per_s": round(total, 2),
+        "operator_requests_per_s_per_job": round(total / args.jobs, 3),
+        "operator_cpu_percent_of_a_core": round(100 * cpu / args.window, 1),
+        "by_request_per_s": per_second(caused, args.window),
+        "with_operator_requests_per_s": round(sum(with_operator.values()) / args.window, 2),
+        "without_operator_requests_per_s": round(sum(without.values()) / args.window, 2),
+        "seconds_until_all_running": round(to_running, 1),
+    }
+
+
+def job(name: str) -> dict[str, Any]:
+    built = JobBuilder(name).role("worker", PODS_PER_JOB, cpu="10m").build()
+    built["spec"]["trainer"]["batchSize"] = 8 * PODS_PER_JOB
+    return built
+
+
+def git_commit() -> str:
+    out = subprocess.run(["git", "-C", str(TOP), "rev-parse", "--short", "HEAD"],
+                         capture_output=True, text=True, check=False)  # fmt: skip
+    dirty = subprocess.run(["git", "-C", str(TOP), "diff", "--quiet", "HEAD", "--", "operator"],
+                           check=False).returncode  # fmt: skip
+    return out.stdout.strip() + ("+changes" if dirty else "")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=100, help="running jobs (x 4 pods)")
+    parser.add_argument("--window", type=float, default=60, help="seconds per count window")
+    parser.add_argument("--settle", type=float, default=20, help="seconds before counting")
+    parser.add_argument("--admission", choices=["builtin", "external"], default="builtin")
+    parser.add_argument("--label", default="latest", help="key of this run in the results")
+    args = parser.parse_args()
+    result = measure(args)
+    result["operator_commit"] = git_commit()
+    result["measured_at"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    result["command"] = "python bench/api_load.py " + shlex.join(sys.argv[1:])
+    result["machine"] = {
+        "cpus": os.cpu_count(),
+        "load_average_1m_at_end": round(os.getloadavg()[0], 2),
+        "note": "local control plane, KWOK and the operator share the machine",
+    }
+    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    results[args.label] = result
+    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
