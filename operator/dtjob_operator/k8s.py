@@ -260,10 +260,10 @@ class KubeApi:
         selector = f"involvedObject.kind=Pod,involvedObject.name={pod_name}"
         if pod_uid:
             selector += f",involvedObject.uid={pod_uid}"
-        resp = self.core.list_namespaced_event(
-            namespace, field_selector=selector, _preload_content=False
-        )
-        return _items(resp)
+        return list_pages(
+            self.core.list_namespaced_event, self.page_size,
+            namespace=namespace, field_selector=selector,
+        )  # fmt: skip
 
     # -- what the admission reads (cluster-wide lists, raw JSON) -------------------------
 

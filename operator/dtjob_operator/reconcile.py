@@ -106,13 +106,13 @@ def checkpoint_claim_name(job: Obj) -> str | None:
     return None
 
 
-def next_look(requeue_after: float | None, claim_name: str | None, resync: float) -> float | None:
-    """When to look at a job again: the planner's answer, but within `resync` for a job that
-    names a checkpoint claim. The claim is read, not watched, so a claim lost or bound
-    meanwhile is seen within a resync like any other unwatched wait; the planner's floor for
-    an active job (settings.progress_sync_seconds) trusts the watches of its pods and
-    progress ConfigMap."""
-    if claim_name and requeue_after is not None:
+def next_look(requeue_after: float | None, reads_unwatched: bool, resync: float) -> float | None:
+    """When to look at a job again: the planner's answer, but within `resync` for a job whose
+    answer depends on something read, not watched: a checkpoint claim (lost or bound
+    meanwhile), or the Events of pods waiting in ContainerCreating (FailedMount is said only
+    there). The planner's floor for an active job (settings.progress_sync_seconds) trusts
+    the watches of its pods and progress ConfigMap."""
+    if reads_unwatched and requeue_after is not None:
         return min(requeue_after, resync)
     return requeue_after
 
@@ -371,7 +371,8 @@ class Reconciler:
         self.metrics.observe_phase(key, plan.status.get("phase"))
         if retry_after is not None:
             return retry_after
-        return next_look(plan.requeue_after, claim_name, self.settings.resync_seconds)
+        unwatched = bool(claim_name) or bool(observed.pod_events)
+        return next_look(plan.requeue_after, unwatched, self.settings.resync_seconds)
 
     def _record_admission_first(
         self, job: Obj, old: dict[str, Any], plan: lifecycle.Plan

@@ -31,7 +31,7 @@ def test_claim_name(spec: Any, expected: str | None) -> None:
 
 
 def test_a_job_reading_an_unwatched_claim_is_looked_at_within_a_resync() -> None:
-    assert next_look(60.0, "ckpt", 10.0) == 10.0
-    assert next_look(3.0, "ckpt", 10.0) == 3.0  # an earlier timer of the planner stays
-    assert next_look(None, "ckpt", 10.0) is None  # finished: nothing to look at
-    assert next_look(60.0, None, 10.0) == 60.0  # everything it reads is watched
+    assert next_look(60.0, True, 10.0) == 10.0  # a claim, or pods' Events, read each look
+    assert next_look(3.0, True, 10.0) == 3.0  # an earlier timer of the planner stays
+    assert next_look(None, True, 10.0) is None  # finished: nothing to look at
+    assert next_look(60.0, False, 10.0) == 60.0  # everything it reads is watched
