@@ -58,13 +58,15 @@ def test_two_replicas_never_admit_twice(cluster, crd, namespace, tmp_path) -> No
         admitted = [e for e in events if e.reason == "Admitted"]
         # At most one Admitted event per job: a second replica admitting again would add
         # another. The event follows the status patch, so a leader killed between the two
-        # loses the event of the one admission in flight (events are best-effort); the new
-        # leader must not admit that job again, which the counts and restarts == 0 show.
+        # loses the events of the admissions in flight (events are best-effort): one pass
+        # admits up to two of these gangs (quota 8, 4 GPUs each), and the kill comes right
+        # when r1 ends, which is when r2 and r3 are admitted together. The new leader must
+        # not admit those jobs again, which the counts and restarts == 0 show.
         per_job: dict[str, int] = {}
         for e in admitted:
             per_job[e.involved_object.name] = per_job.get(e.involved_object.name, 0) + 1
         assert all(count == 1 for count in per_job.values()), per_job
-        assert len(per_job) >= len(names) - 1, per_job
+        assert len(per_job) >= len(names) - 2, per_job
     finally:
         for r in replicas:
             r.stop()
