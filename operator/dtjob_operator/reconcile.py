@@ -27,6 +27,7 @@ from dtjob_operator import lifecycle
 from dtjob_operator.admission.controller import AdmissionBook, AdmissionController
 from dtjob_operator.api.spec import DNS1123_SUBDOMAIN
 from dtjob_operator.api.status import TERMINAL_PHASES, JobPhase
+from dtjob_operator.children import ChildCreator
 from dtjob_operator.constants import (
     CONDITION_ADMITTED,
     EVENT_NORMAL,
@@ -39,14 +40,11 @@ from dtjob_operator.constants import (
 )
 from dtjob_operator.health import Heartbeats
 from dtjob_operator.k8s import KubeApi, NotLeaderError, Obj, is_transport_error
-from dtjob_operator.kill_points import AFTER_ADMISSION_WRITTEN, AFTER_FIRST_POD, KillPoints
+from dtjob_operator.kill_points import AFTER_ADMISSION_WRITTEN, KillPoints
 from dtjob_operator.metrics import OperatorMetrics
 from dtjob_operator.naming import progress_config_map_name
-from dtjob_operator.policies.create_errors import CreateError, create_error_of
 from dtjob_operator.policies.nodes import lost_nodes
-from dtjob_operator.policies.ownership import ownership_conflict
 from dtjob_operator.policies.pods import is_terminating, name_of, node_of
-from dtjob_operator.policies.slow_start import create_in_batches
 from dtjob_operator.policies.times import parse_time
 from dtjob_operator.policies.too_deep import too_deep_message, too_deep_path, too_deep_status
 from dtjob_operator.policies.waiting import pods_to_ask
@@ -64,11 +62,6 @@ NOT_LEADER_RETRY = 2.0
 # so a broken job is retried every few minutes rather than hammering the API server.
 ERROR_BACKOFF_BASE = 0.5
 ERROR_BACKOFF_MAX = 300.0
-# First retry of a create the API server refused for a reason that may clear (quota, 5xx,
-# another's object under a child's name), and the longest wait: what blocks it is usually
-# cleared by a person, and the job should start soon after; one POST per 30 s is cheap.
-CREATE_RETRY_BASE = 1.0
-CREATE_RETRY_MAX = 30.0
 # While the API server cannot be reached, a retry costs one refused connect: retry often, so
 # that jobs move again within seconds of it coming back.
 UNREACHABLE_BACKOFF_MAX = 5.0
@@ -163,17 +156,14 @@ class Reconciler:
             self.admission = AdmissionController(
                 api, settings, metrics, self.book, self.queue.add, is_leader
             )
-        # Children that are created once per job and never change (Service, RBAC): after a
-        # successful create-or-exists we stop re-creating them on every pass.
-        self._ensured: dict[str, set[tuple[str, str]]] = {}
         self._failures: dict[JobKey, int] = {}
-        self._create_failures: dict[str, int] = {}  # by job UID: refused creates in a row
         # The identity of each job being reconciled, to attach a Warning event to a job
         # whose reconcile failed in a way we did not foresee.
         self._seen: dict[JobKey, Obj] = {}
         self._threads: list[threading.Thread] = []
         # Shared by all reconcile workers for the per-pod API calls of one gang.
         self._pool = ThreadPoolExecutor(max_workers=settings.api_concurrency)
+        self.children = ChildCreator(api, metrics, self._pool, self.kill_points)
 
     # -- worker threads ---------------------------------------------------------------
 
@@ -310,7 +300,7 @@ class Reconciler:
         pods = [p for p in self.api.list_pods(namespace, name) if owned_by(p, uid)]
         config_maps = [c for c in self.api.list_config_maps(namespace, name) if owned_by(c, uid)]
         existing = {("ConfigMap", c["metadata"]["name"]) for c in config_maps}
-        existing |= self._ensured.get(uid, set())
+        existing |= self.children.ensured(uid)
 
         admission: dict[str, Any] = {}
         if self.admission is not None:
@@ -340,7 +330,7 @@ class Reconciler:
 
         old_status = job.get("status") or {}
         written = self._record_admission_first(job, old_status, plan)
-        refused = self._create_children(plan, job)
+        refused = self.children.create(plan, job)
         retry_after: float | None = None
         if refused is not None:
             # The planner decides what a refusal means for the job (Failed/InvalidSpec, or
@@ -349,9 +339,9 @@ class Reconciler:
             again = replace(observed, job={**job, "status": written}, create_error=refused)
             plan = lifecycle.plan(again, self.settings)
             if not refused.permanent:
-                retry_after = self._create_backoff(uid)
+                retry_after = self.children.backoff(uid)
         else:
-            self._create_failures.pop(uid, None)
+            self.children.created(uid)
         list(self._pool.map(lambda pod: self.api.delete_pod(namespace, pod), plan.delete_pods))
         for pod in plan.force_delete_pods:
             log.info("force-deleting pod %s/%s: terminating on a lost node", namespace, pod)
@@ -425,69 +415,6 @@ class Reconciler:
                         namespace, job["metadata"]["name"], exc.status, exc.reason)  # fmt: skip
             return {}
 
-    def _create_children(self, plan: lifecycle.Plan, job: Obj) -> CreateError | None:
-        """Create the plan's children; the API server's refusal, if any (a permanent one
-        in preference, since it decides the job's fate)."""
-        # The other children first and in order (pods mount the ConfigMap, run as the
-        # ServiceAccount); then the gang's pods in slow-start batches, each concurrently
-        # (a large gang created one POST at a time takes seconds to start; a refused gang
-        # stops after its first refusal instead of sending one doomed POST per pod).
-        uid = job["metadata"]["uid"]
-        for obj in plan.create:
-            if obj["kind"] == "Pod":
-                continue
-            _, error = self._try_create(obj, job)
-            if error is not None:
-                return error
-            if obj["kind"] != "ConfigMap":
-                self._ensured.setdefault(uid, set()).add((obj["kind"], obj["metadata"]["name"]))
-        pods_to_create = [obj for obj in plan.create if obj["kind"] == "Pod"]
-        results = create_in_batches(
-            pods_to_create,
-            lambda batch: list(self._pool.map(lambda pod: self._try_create(pod, job), batch)),
-            refused=lambda result: result[1] is not None,
-        )
-        self.metrics.pods_created.inc(sum(created for created, _ in results))
-        errors = [error for _, error in results if error is not None]
-        errors.sort(key=lambda e: not e.permanent)
-        return errors[0] if errors else None
-
-    def _try_create(self, obj: Obj, job: Obj) -> tuple[bool, CreateError | None]:
-        """(created, refusal): an API error becomes a CreateError for the planner; other
-        errors (the network, a bug) still end the pass and retry it with backoff. An object
-        already there is used only if it is this job's (policies/ownership.py)."""
-        try:
-            if self._create(obj):
-                return True, None
-            meta = obj["metadata"]
-            existing = self.api.read_child(obj["kind"], meta["namespace"], meta["name"])
-            job_meta = job["metadata"]
-            conflict = ownership_conflict(
-                existing, obj["kind"], meta["name"], job_meta["name"], job_meta["uid"]
-            )
-            return False, conflict
-        except ApiException as exc:
-            if exc.status is None:
-                raise
-            name = obj["metadata"]["name"]
-            log.info("creating %s %s refused: %s %s", obj["kind"], name, exc.status, exc.reason)
-            return False, create_error_of(obj["kind"], name, exc.status, exc.reason, exc.body)
-
-    def _create(self, obj: Obj) -> bool:
-        """api.create, passing the test-only kill point after a pod (kill_points.py)."""
-        if obj["kind"] != "Pod":
-            return self.api.create(obj)
-        with self.kill_points.pod_creates():
-            created = self.api.create(obj)
-            if created:
-                self.kill_points.reached(AFTER_FIRST_POD)
-            return created
-
-    def _create_backoff(self, uid: str) -> float:
-        n = self._create_failures.get(uid, 0)
-        self._create_failures[uid] = n + 1
-        return float(min(CREATE_RETRY_MAX, CREATE_RETRY_BASE * 2**n))
-
     def _fail_too_deep(self, job: Obj, path: str) -> None:
         """Mark a job too deeply nested to plan as Failed (InvalidSpec), once, and skip it.
 
@@ -543,7 +470,6 @@ class Reconciler:
         self._failures.pop(key, None)
         self._seen.pop(key, None)
         if job is not None:
-            self._ensured.pop(job["metadata"]["uid"], None)
-            self._create_failures.pop(job["metadata"]["uid"], None)
+            self.children.forget(job["metadata"]["uid"])
             self.book.forget(job["metadata"]["uid"])
         self.request_admission()  # its pods and reservation free room

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -28,6 +27,7 @@ from helpers.kube import (
     wait_for,
 )
 from helpers.operator import OperatorProcess
+from helpers.sampler import Sampler
 
 pytestmark = [pytest.mark.integration]
 
@@ -102,34 +102,16 @@ def gpus_of(pod: client.V1Pod) -> int:
     return int(limits.get(GPU, 0))
 
 
-class Kubelet:
+class Kubelet(Sampler):
     """Samples the namespace's pods continuously and makes Running pods exit 0 after
     `run_for` (the KWOK exit annotations), as training that finishes on its own."""
 
     def __init__(self, core: client.CoreV1Api, ns: str, run_for: str | None = "2s") -> None:
+        super().__init__()
         self.core, self.ns, self.run_for = core, ns, run_for
         self.max_gpus = 0
         self.first_seen: dict[str, float] = {}
         self.gang_sizes: dict[str, set[int]] = {}
-        self.errors: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def __enter__(self) -> Kubelet:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.sample()
-            except Exception as exc:  # keep sampling through API hiccups
-                self.errors.append(repr(exc))
-            self._stop.wait(0.2)
 
     def sample(self) -> None:
         pods = self.core.list_namespaced_pod(self.ns).items

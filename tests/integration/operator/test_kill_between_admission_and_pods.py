@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import threading
 import time
 from collections import defaultdict
 from typing import Any
@@ -23,6 +22,7 @@ from kubernetes import client
 from helpers.jobs import JOB_LABEL, create_job, job_pods, status, wait_phase
 from helpers.kube import EXIT_AFTER, EXIT_CODE, GPU
 from helpers.operator import OperatorProcess
+from helpers.sampler import Sampler
 
 pytestmark = [pytest.mark.integration]
 
@@ -48,38 +48,22 @@ def live(pod: client.V1Pod) -> bool:
     return pod.status.phase not in ("Succeeded", "Failed")
 
 
-class GangWatch:
+class GangWatch(Sampler):
     """Samples the namespace's pods every 0.1 s and checks the gang invariants; plays the
     training too: once a job's whole gang is Running, its pods exit 0 after 2 s (a gang
     trains only when all its peers are there)."""
 
+    interval = 0.1
+
     def __init__(self, core: client.CoreV1Api, ns: str) -> None:
+        super().__init__()
         self.core, self.ns = core, ns
         self.operator_up = False  # set by the test: partial gangs only count while one runs
         self.violations: list[str] = []
-        self.errors: list[str] = []
         self.max_gpus = 0
         self.order: list[str] = []  # jobs in the order their first pod appeared
         self.longest_partial = 0.0
         self._partial_since: dict[str, float] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def __enter__(self) -> GangWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.sample()
-            except Exception as exc:  # keep sampling through API hiccups
-                self.errors.append(repr(exc))
-            self._stop.wait(0.1)
 
     def sample(self) -> None:
         pods = self.core.list_namespaced_pod(self.ns).items

@@ -1,0 +1,124 @@
+"""Creating a job's children for the reconcile: the other children first and in order,
+then the gang's pods in slow-start batches; a refusal becomes a CreateError for the planner,
+and a refused job is retried with a backoff of its own. Split from reconcile.py, which
+decides when; this module knows how."""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+
+from kubernetes.client.exceptions import ApiException
+
+from dtjob_operator.k8s import KubeApi, Obj
+from dtjob_operator.kill_points import AFTER_FIRST_POD, KillPoints
+from dtjob_operator.metrics import OperatorMetrics
+from dtjob_operator.plan_types import Plan
+from dtjob_operator.policies.create_errors import CreateError, create_error_of
+from dtjob_operator.policies.ownership import ownership_conflict
+from dtjob_operator.policies.slow_start import create_in_batches
+
+log = logging.getLogger(__name__)
+
+# First retry of a create the API server refused for a reason that may clear (quota, 5xx,
+# another's object under a child's name), and the longest wait: what blocks it is usually
+# cleared by a person, and the job should start soon after; one POST per 30 s is cheap.
+CREATE_RETRY_BASE = 1.0
+CREATE_RETRY_MAX = 30.0
+
+
+class ChildCreator:
+    """Creates children through `api`, per-pod calls on `pool`; thread-safe per job (one
+    worker reconciles a job at a time)."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        metrics: OperatorMetrics,
+        pool: ThreadPoolExecutor,
+        kill_points: KillPoints,
+    ) -> None:
+        self.api = api
+        self.metrics = metrics
+        self._pool = pool
+        self.kill_points = kill_points
+        # Children that are created once per job and never change (Service, RBAC): after a
+        # successful create-or-exists we stop re-creating them on every pass.
+        self._ensured: dict[str, set[tuple[str, str]]] = {}
+        self._failures: dict[str, int] = {}  # by job UID: refused creates in a row
+
+    def create(self, plan: Plan, job: Obj) -> CreateError | None:
+        """Create the plan's children; the API server's refusal, if any (a permanent one
+        in preference, since it decides the job's fate)."""
+        # The other children first and in order (pods mount the ConfigMap, run as the
+        # ServiceAccount); then the gang's pods in slow-start batches, each concurrently
+        # (a large gang created one POST at a time takes seconds to start; a refused gang
+        # stops after its first refusal instead of sending one doomed POST per pod).
+        uid = job["metadata"]["uid"]
+        for obj in plan.create:
+            if obj["kind"] == "Pod":
+                continue
+            _, error = self._try(obj, job)
+            if error is not None:
+                return error
+            if obj["kind"] != "ConfigMap":
+                self._ensured.setdefault(uid, set()).add((obj["kind"], obj["metadata"]["name"]))
+        pods_to_create = [obj for obj in plan.create if obj["kind"] == "Pod"]
+        results = create_in_batches(
+            pods_to_create,
+            lambda batch: list(self._pool.map(lambda pod: self._try(pod, job), batch)),
+            refused=lambda result: result[1] is not None,
+        )
+        self.metrics.pods_created.inc(sum(created for created, _ in results))
+        errors = [error for _, error in results if error is not None]
+        errors.sort(key=lambda e: not e.permanent)
+        return errors[0] if errors else None
+
+    def _try(self, obj: Obj, job: Obj) -> tuple[bool, CreateError | None]:
+        """(created, refusal): an API error becomes a CreateError for the planner; other
+        errors (the network, a bug) still end the pass and retry it with backoff. An object
+        already there is used only if it is this job's (policies/ownership.py)."""
+        try:
+            if self._create(obj):
+                return True, None
+            meta = obj["metadata"]
+            existing = self.api.read_child(obj["kind"], meta["namespace"], meta["name"])
+            job_meta = job["metadata"]
+            conflict = ownership_conflict(
+                existing, obj["kind"], meta["name"], job_meta["name"], job_meta["uid"]
+            )
+            return False, conflict
+        except ApiException as exc:
+            if exc.status is None:
+                raise
+            name = obj["metadata"]["name"]
+            log.info("creating %s %s refused: %s %s", obj["kind"], name, exc.status, exc.reason)
+            return False, create_error_of(obj["kind"], name, exc.status, exc.reason, exc.body)
+
+    def _create(self, obj: Obj) -> bool:
+        """api.create, passing the test-only kill point after a pod (kill_points.py)."""
+        if obj["kind"] != "Pod":
+            return self.api.create(obj)
+        with self.kill_points.pod_creates():
+            created = self.api.create(obj)
+            if created:
+                self.kill_points.reached(AFTER_FIRST_POD)
+            return created
+
+    def backoff(self, uid: str) -> float:
+        """When to retry after a refusal that may clear: 1 s doubling, at most 30 s."""
+        n = self._failures.get(uid, 0)
+        self._failures[uid] = n + 1
+        return float(min(CREATE_RETRY_MAX, CREATE_RETRY_BASE * 2**n))
+
+    def created(self, uid: str) -> None:
+        """The job's creates went through: the next refusal starts the backoff afresh."""
+        self._failures.pop(uid, None)
+
+    def ensured(self, uid: str) -> set[tuple[str, str]]:
+        """(kind, name) of the job's once-only children known to exist."""
+        return self._ensured.get(uid, set())
+
+    def forget(self, uid: str) -> None:
+        self._ensured.pop(uid, None)
+        self._failures.pop(uid, None)
