@@ -44,9 +44,13 @@ def stop_component(name: str) -> None:
     hc.stop(hc.Config.from_env(), (name,))
 
 
-def start_component(name: str, timeout: float = 60) -> None:
+def start_component(name: str, timeout: float = 200) -> None:
     """Start a component stopped by stop_component() again (same command line) and wait
-    until the API server is ready."""
+    until the API server is ready.
+
+    After a long etcd outage that takes a while: kube-apiserver's etcd client redials with
+    gRPC's exponential backoff (capped at 120 s), so it may first try again more than a
+    minute after etcd is back."""
     import time
 
     hc = _hack_cluster()
