@@ -21,14 +21,15 @@ from dtjob_operator.settings import OperatorSettings
 
 LOOP_BEAT_SECONDS = 5.0
 
-# What kopf itself calls for the handlers below: a list then a watch per watched resource,
-# namespaces and CRDs (it follows them coming and going), and events it posts. With
-# k8s.API_CALLS, all the chart grants (tests/unit/operator/test_chart.py).
+# What kopf itself calls for the handlers below: a list then a watch of the jobs, namespaces
+# and CRDs (it follows them coming and going), and events it posts. With k8s.API_CALLS and
+# caches.CACHE_CALLS, all the chart grants (tests/unit/operator/test_chart.py). Pods,
+# ConfigMaps and ResourceQuotas are watched by the caches (kopf watches them only when
+# settings.informers is off, with the same verbs).
 KOPF_CALLS: frozenset[tuple[str, str, str]] = frozenset(
     {
         *((group, resource, verb)
-          for group, resource in ((GROUP, PLURAL), ("", "pods"), ("", "configmaps"),
-                                  ("", "resourcequotas"), ("", "namespaces"),
+          for group, resource in ((GROUP, PLURAL), ("", "namespaces"),
                                   ("apiextensions.k8s.io", "customresourcedefinitions"))
           for verb in ("list", "watch")),
         ("", "events", "create"),
@@ -101,6 +102,10 @@ def register(
         if namespace:
             reconciler.queue.add((namespace, name))
 
+    if settings.informers:
+        return  # pods, ConfigMaps and quotas: the caches' watches wake the reconciles
+
+    # Without the caches: kopf streams every pod and ConfigMap and filters them here.
     @kopf.on.event("", "v1", "pods", labels={LABEL_JOB_NAME: kopf.PRESENT}, registry=registry)
     def on_pod_event(namespace: str | None, labels: Mapping[str, str], **_: Any) -> None:
         if namespace:

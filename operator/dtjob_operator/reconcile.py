@@ -27,6 +27,7 @@ from dtjob_operator import lifecycle
 from dtjob_operator.admission.controller import AdmissionBook, AdmissionController
 from dtjob_operator.api.spec import DNS1123_SUBDOMAIN
 from dtjob_operator.api.status import TERMINAL_PHASES, JobPhase
+from dtjob_operator.caches import Caches
 from dtjob_operator.children import ChildCreator
 from dtjob_operator.constants import (
     CONDITION_ADMITTED,
@@ -151,10 +152,12 @@ class Reconciler:
         self.heartbeats = Heartbeats()
         self.kill_points = KillPoints(settings.test_kill_at)  # tests only; off by default
         self.book = AdmissionBook()
+        # Until (and unless: settings.informers) the caches are filled, reads go live.
+        self.caches = Caches(api, settings, self.queue.add, lambda: self.request_admission())
         self.admission: AdmissionController | None = None
         if settings.admission == "builtin":
             self.admission = AdmissionController(
-                api, settings, metrics, self.book, self.queue.add, is_leader
+                api, settings, metrics, self.book, self.queue.add, is_leader, self.caches
             )
         self._failures: dict[JobKey, int] = {}
         # The identity of each job being reconciled, to attach a Warning event to a job
@@ -168,7 +171,9 @@ class Reconciler:
     # -- worker threads ---------------------------------------------------------------
 
     def start(self, workers: int) -> None:
-        """Start `workers` threads that drain the queue."""
+        """Start the caches and `workers` threads that drain the queue."""
+        if self.settings.informers:
+            self.caches.start()
         for i in range(workers):
             t = threading.Thread(target=self._work, name=f"reconcile-{i}", daemon=True)
             t.start()
@@ -210,6 +215,7 @@ class Reconciler:
             t.join(timeout=30)
         self._threads.clear()
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self.caches.stop()
 
     def _work(self) -> None:
         while True:
@@ -297,8 +303,10 @@ class Reconciler:
         if path is not None:
             self._fail_too_deep(job, path)
             return None
-        pods = [p for p in self.api.list_pods(namespace, name) if owned_by(p, uid)]
-        config_maps = [c for c in self.api.list_config_maps(namespace, name) if owned_by(c, uid)]
+        pods = [p for p in self.caches.job_pods_of(namespace, name, uid) if owned_by(p, uid)]
+        config_maps = [
+            c for c in self.caches.job_config_maps_of(namespace, name) if owned_by(c, uid)
+        ]
         existing = {("ConfigMap", c["metadata"]["name"]) for c in config_maps}
         existing |= self.children.ensured(uid)
 
@@ -330,6 +338,12 @@ class Reconciler:
 
         old_status = job.get("status") or {}
         written = self._record_admission_first(job, old_status, plan)
+        if (
+            plan.delete_pods
+            or plan.force_delete_pods
+            or any(obj["kind"] == "Pod" for obj in plan.create)
+        ):  # what this pass writes, its next reads must see (caches.py)
+            self.caches.wrote_pods(uid)
         refused = self.children.create(plan, job)
         retry_after: float | None = None
         if refused is not None:
@@ -392,7 +406,7 @@ class Reconciler:
         """Lost nodes among those of the job's terminating pods: only a pod on its way out
         needs its node's word, so a healthy pass lists no nodes."""
         wanted = {node for p in pods if is_terminating(p) and (node := node_of(p))}
-        return lost_nodes(wanted, self.api.list_nodes()) if wanted else frozenset()
+        return lost_nodes(wanted, self.caches.list_nodes()) if wanted else frozenset()
 
     def _pod_events(self, job: Obj, pods: list[Obj]) -> dict[str, list[Obj]]:
         """The Events of the gang's pods that hang in ContainerCreating: a volume that cannot
@@ -458,6 +472,9 @@ class Reconciler:
         # The planner's events are per transition of the job; admission is the
         # executor's news (the planner cannot tell a pass's admission from a restart).
         self.api.emit_event(job, EVENT_NORMAL, REASON_ADMITTED, "the whole gang fits")
+        meta = job["metadata"]
+        log.info("admitted %s/%s (uid %s, restarts %s, was %s)", meta["namespace"], meta["name"],
+                 meta["uid"], old.get("restarts", 0), old.get("phase"))  # fmt: skip
         since = (old.get("admission") or {}).get("lastRequeueTime")
         created = parse_time(since) or parse_time(job["metadata"].get("creationTimestamp"))
         if created is not None:
@@ -472,4 +489,5 @@ class Reconciler:
         if job is not None:
             self.children.forget(job["metadata"]["uid"])
             self.book.forget(job["metadata"]["uid"])
+            self.caches.forget(job["metadata"]["uid"])
         self.request_admission()  # its pods and reservation free room

@@ -109,6 +109,10 @@ class OperatorSettings(BaseSettings):
     watch_inactivity_seconds: float = Field(default=70.0, gt=0, le=3600)
     """A watch that has seen no event (bookmarks included) this long is re-opened from where it
     was; the API server sends a bookmark about every minute on a healthy watch."""
+    informers: bool = True
+    """Read pods, ConfigMaps, nodes, ResourceQuotas and PriorityClasses from watch-backed
+    caches (caches.py). False lists them from the API server on every reconcile and
+    admission pass instead: more load, for a cluster where watches misbehave."""
     max_object_depth: int = Field(default=100, ge=10, le=5000)
     """Deepest nesting of maps and lists a job may have; a deeper job is failed with reason
     InvalidSpec instead of being planned (no real spec comes near; a hostile one could

@@ -2,9 +2,10 @@
 
 One thread runs passes, one at a time (decisions are serialised), whenever something that
 can change them happens (a job waits, a job stops, a quota changes) and at least every
-`resync_seconds`; bursts of requests share one pass. A pass lists jobs, live pods, nodes,
-ResourceQuotas and PriorityClasses fresh from the API server, so it never decides on a
-stale cache, and an operator restart needs no state: admissions are in the jobs' status.
+`resync_seconds`; bursts of requests share one pass. A pass lists the jobs fresh from the
+API server (their status holds the admissions, so an operator restart needs no state) and
+reads unfinished pods, nodes, ResourceQuotas and PriorityClasses from the watch-backed
+caches (caches.py).
 
 Verdicts go into the AdmissionBook; the per-job reconcile reads it (admitted? position?
 preempted?) and writes the job's status, so the status has one writer. The book also keeps
@@ -16,10 +17,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from dtjob_operator.admission.decide import Decisions, Verdict, decide
 from dtjob_operator.admission.resources import gpu_units
@@ -41,6 +42,15 @@ from dtjob_operator.settings import OperatorSettings
 log = logging.getLogger(__name__)
 JobKey = tuple[str, str]
 Obj = Mapping[str, Any]
+
+
+class Reads(Protocol):
+    """Where a pass reads pods, nodes, quotas and classes: the caches, or the API server."""
+
+    def list_all_pods(self) -> Sequence[Obj]: ...
+    def list_nodes(self) -> Sequence[Obj]: ...
+    def list_resource_quotas(self) -> Sequence[Obj]: ...
+    def list_priority_classes(self) -> Sequence[Obj]: ...
 
 
 @dataclass(frozen=True)
@@ -176,8 +186,10 @@ class AdmissionController:
         book: AdmissionBook,
         enqueue: Callable[[JobKey], None],
         is_leader: Callable[[], bool] = lambda: True,
+        reads: Reads | None = None,
     ) -> None:
         self.api = api
+        self.reads: Reads = reads or api
         self.settings = settings
         self.metrics = metrics
         self.book = book
@@ -241,11 +253,14 @@ class AdmissionController:
 
     def gather(self) -> Snapshot:
         """List what the pass reads and fold it into a Snapshot."""
+        # Jobs fresh from the API server: their status is what a pass must not misread.
+        # The rest from the caches: a pod or node event still in flight makes no wrong
+        # admission (a gang's missing pods are counted as reserved; see decide.py).
         jobs = self.api.list_jobs(self.settings.namespaces or None)
-        pods = self.api.list_all_pods()
-        nodes = self.api.list_nodes()
-        quotas = self.api.list_resource_quotas()
-        classes = self.api.list_priority_classes()
+        pods = self.reads.list_all_pods()
+        nodes = self.reads.list_nodes()
+        quotas = self.reads.list_resource_quotas()
+        classes = self.reads.list_priority_classes()
         live = {j["metadata"]["uid"] for j in jobs}
         self._gangs = {k: v for k, v in self._gangs.items() if k[0] in live}
         s = self.settings

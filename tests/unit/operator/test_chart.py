@@ -190,18 +190,19 @@ def grants(*roles: dict[str, Any]) -> set[Grant]:
 
 
 def used_by_the_operator() -> set[Grant]:
-    """What the code calls (k8s.API_CALLS, handlers.KOPF_CALLS) and what a job's Role hands
-    on to its pods (RBAC lets the operator grant only what it holds)."""
+    """What the code calls (k8s.API_CALLS, caches.CACHE_CALLS, handlers.KOPF_CALLS) and what
+    a job's Role hands on to its pods (RBAC lets the operator grant only what it holds)."""
     from unit.operator.builders import a_job
 
     from dtjob_operator.builders.job import Job
     from dtjob_operator.builders.rbac import build_rbac
+    from dtjob_operator.caches import CACHE_CALLS
     from dtjob_operator.handlers import KOPF_CALLS
     from dtjob_operator.k8s import API_CALLS
 
     job = Job.from_object(a_job().with_workers(1).obj())
     (role,) = [m for m in build_rbac(job) if m["kind"] == "Role"]
-    return set(API_CALLS) | set(KOPF_CALLS) | grants(role)
+    return set(API_CALLS) | set(CACHE_CALLS) | set(KOPF_CALLS) | grants(role)
 
 
 def roles_of(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:

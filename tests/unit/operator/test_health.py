@@ -66,7 +66,7 @@ class BlockingApi:
 
 def test_a_worker_stuck_in_a_reconcile_fails_the_probe() -> None:
     api = BlockingApi()
-    settings = OperatorSettings(admission="external")
+    settings = OperatorSettings(admission="external", informers=False)
     reconciler = Reconciler(api, settings, OperatorMetrics())  # type: ignore[arg-type]
     reconciler.start(1)
     server = serve_liveness(

@@ -1,0 +1,250 @@
+"""What the operator reads, from watch-backed caches (informers) instead of lists per pass.
+
+- The pods and ConfigMaps the operator owns: label-selected on the server
+  (`dtjob.io/job-name`), indexed by job; a change wakes that job's reconcile.
+- Every unfinished pod of the cluster (what holds node and quota room), trimmed to the
+  fields the admission reads (names, labels, owners, node, requests, phase).
+- Nodes (without their image lists), ResourceQuotas (a change asks for an admission pass)
+  and PriorityClasses.
+
+Read-your-writes. A cache lags the API server by the watch's latency, and a pod the
+reconcile has just created or deleted may not be in it yet; a planner that saw a created
+pod missing would create it again, one that saw a deleted pod still there would wait. So
+after a reconcile writes pods, the job is marked unsettled: its next reconciles list its
+pods from the API server and compare them with the cache, and the cache is trusted again
+for that job once both agree (client-go's controllers keep "expectations" for the same
+reason). Until a cache has made its first list, every read goes to the API server.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from dtjob_operator.constants import LABEL_JOB_NAME
+from dtjob_operator.informer import Informer, drop_managed_fields
+from dtjob_operator.k8s import KubeApi, Obj
+from dtjob_operator.settings import OperatorSettings
+
+log = logging.getLogger(__name__)
+
+JobKey = tuple[str, str]
+
+UNFINISHED = "status.phase!=Succeeded,status.phase!=Failed"
+# The API server ends each watch after this; the informer resumes it from where it was.
+WATCH_SECONDS = 300
+
+# Every (API group, resource, verb) the informers call; the chart grants them
+# (tests/unit/operator/test_chart.py), with k8s.API_CALLS and handlers.KOPF_CALLS.
+CACHE_CALLS: frozenset[tuple[str, str, str]] = frozenset(
+    (group, resource, verb)
+    for group, resource in (("", "pods"), ("", "configmaps"), ("", "nodes"),
+                            ("", "resourcequotas"), ("scheduling.k8s.io", "priorityclasses"))
+    for verb in ("list", "watch")
+)  # fmt: skip
+
+
+def trim_pod_for_capacity(pod: Obj) -> Obj:
+    """A pod as the admission reads it: who it is, where it runs, what it requests."""
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    keep_meta = ("name", "namespace", "uid", "labels", "ownerReferences", "resourceVersion",
+                 "deletionTimestamp")  # fmt: skip
+    containers = [{"resources": c.get("resources") or {}} for c in spec.get("containers") or []]
+    inits = [
+        {"resources": c.get("resources") or {}, "restartPolicy": c.get("restartPolicy")}
+        for c in spec.get("initContainers") or []
+    ]
+    return {
+        "metadata": {k: meta[k] for k in keep_meta if k in meta},
+        "spec": {
+            "nodeName": spec.get("nodeName"),
+            "containers": containers,
+            "initContainers": inits,
+        },
+        "status": {"phase": (pod.get("status") or {}).get("phase")},
+    }
+
+
+def trim_node(node: Obj) -> Obj:
+    """A node without what the operator never reads; its image list alone is often most of
+    it (every image on the node, with sizes)."""
+    drop_managed_fields(node)
+    status = node.get("status")
+    if isinstance(status, dict):
+        for key in ("images", "volumesAttached", "volumesInUse", "nodeInfo", "daemonEndpoints"):
+            status.pop(key, None)
+    meta = node.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("annotations", None)
+    return node
+
+
+def trim_owned(obj: Obj) -> Obj:
+    """Our own pods and ConfigMaps: all but managedFields and the last-applied copy."""
+    drop_managed_fields(obj)
+    annotations = (obj.get("metadata") or {}).get("annotations")
+    if isinstance(annotations, dict):
+        annotations.pop("kubectl.kubernetes.io/last-applied-configuration", None)
+    return obj
+
+
+class Caches:
+    """The informers and the reads the reconcile and the admission make through them.
+
+    Nothing is watched before start() (nor ever with settings.informers off): until an
+    informer has made its first list, reads through it go to the API server."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        settings: OperatorSettings,
+        on_job_child: Callable[[JobKey], None],
+        on_capacity: Callable[[], None],
+    ) -> None:
+        self.api = api
+        self.settings = settings
+        self.on_job_child = on_job_child
+        self.on_capacity = on_capacity
+        self.job_pods: list[Informer] = []
+        self.job_config_maps: list[Informer] = []
+        self.unfinished_pods: Informer | None = None
+        self.nodes: Informer | None = None
+        self.quotas: Informer | None = None
+        self.priority_classes: Informer | None = None
+        self._unsettled: set[str] = set()
+        self._lock = threading.Lock()
+        self.live_pod_lists = 0
+        """Pod lists that went to the API server (unsettled jobs, caches not synced yet)."""
+
+    def _build(self) -> None:
+        core, settings, namespaces = self.api.core, self.settings, self.settings.namespaces
+
+        def owned_changed(_kind: str, obj: Obj) -> None:
+            meta = obj.get("metadata") or {}
+            job = (meta.get("labels") or {}).get(LABEL_JOB_NAME)
+            if job and meta.get("namespace"):
+                self.on_job_child((meta["namespace"], job))
+
+        def capacity_changed(kind: str, _obj: Obj) -> None:
+            if kind in ("ADDED", "DELETED"):  # capacity came or went
+                self.on_capacity()
+
+        common: dict[str, Any] = {
+            "page_size": settings.api_list_page_size,
+            "watch_seconds": WATCH_SECONDS,
+            "connect_timeout": settings.api_connect_timeout_seconds,
+            "silence_timeout": settings.watch_inactivity_seconds,
+        }
+        owned: dict[str, Any] = {
+            **common, "index_label": LABEL_JOB_NAME, "on_change": owned_changed,
+            "trim": trim_owned, "label_selector": LABEL_JOB_NAME,
+        }  # fmt: skip
+        scopes: list[dict[str, Any]] = [{"namespace": ns} for ns in namespaces] or [{}]
+        pods_call = core.list_namespaced_pod if namespaces else core.list_pod_for_all_namespaces
+        cms_call = (
+            core.list_namespaced_config_map if namespaces
+            else core.list_config_map_for_all_namespaces
+        )  # fmt: skip
+        self.job_pods = [Informer("job-pods", pods_call, **owned, **s) for s in scopes]
+        self.job_config_maps = [Informer("job-configmaps", cms_call, **owned, **s) for s in scopes]
+        # A pod that finishes or goes leaves this set (DELETED): room freed, a pass may admit.
+        self.unfinished_pods = Informer(
+            "unfinished-pods", core.list_pod_for_all_namespaces, trim=trim_pod_for_capacity,
+            field_selector=UNFINISHED, on_change=capacity_changed, **common,
+        )  # fmt: skip
+        self.nodes = Informer("nodes", core.list_node, trim=trim_node,
+                              on_change=capacity_changed, **common)  # fmt: skip
+        self.quotas = Informer(
+            "resourcequotas", core.list_resource_quota_for_all_namespaces,
+            on_change=lambda _k, _o: self.on_capacity(), **common,
+        )  # fmt: skip
+        self.priority_classes = Informer(
+            "priorityclasses", self.api.scheduling.list_priority_class, **common
+        )
+
+    @property
+    def informers(self) -> list[Informer]:
+        one = (self.unfinished_pods, self.nodes, self.quotas, self.priority_classes)
+        return [*self.job_pods, *self.job_config_maps, *(i for i in one if i is not None)]
+
+    def start(self) -> None:
+        self._build()
+        for informer in self.informers:
+            informer.start()
+
+    def stop(self) -> None:
+        for informer in self.informers:
+            informer.stop()
+
+    def synced(self) -> bool:
+        return bool(self.informers) and all(i.synced.is_set() for i in self.informers)
+
+    # -- the reconcile's reads ----------------------------------------------------------
+
+    def wrote_pods(self, uid: str) -> None:
+        """The reconcile created or deleted pods of job `uid`: read them live until the
+        cache shows the same."""
+        with self._lock:
+            self._unsettled.add(uid)
+
+    def forget(self, uid: str) -> None:
+        with self._lock:
+            self._unsettled.discard(uid)
+
+    def job_pods_of(self, namespace: str, job_name: str, uid: str) -> list[Obj]:
+        informer = self._scope(self.job_pods, namespace)
+        with self._lock:
+            unsettled = uid in self._unsettled
+        if informer is None or not informer.synced.is_set() or unsettled:
+            live = self.api.list_pods(namespace, job_name)
+            self.live_pod_lists += 1
+            if informer is not None and unsettled and _same(live, informer.indexed(
+                namespace, job_name
+            )):  # fmt: skip
+                self.forget(uid)
+            return live
+        return informer.indexed(namespace, job_name)
+
+    def job_config_maps_of(self, namespace: str, job_name: str) -> list[Obj]:
+        informer = self._scope(self.job_config_maps, namespace)
+        if informer is None or not informer.synced.is_set():
+            return self.api.list_config_maps(namespace, job_name)
+        return informer.indexed(namespace, job_name)
+
+    def list_nodes(self) -> list[Obj]:
+        return _read(self.nodes, self.api.list_nodes)
+
+    # -- the admission's reads ----------------------------------------------------------
+
+    def list_all_pods(self) -> list[Obj]:
+        return _read(self.unfinished_pods, self.api.list_all_pods)
+
+    def list_resource_quotas(self) -> list[Obj]:
+        return _read(self.quotas, self.api.list_resource_quotas)
+
+    def list_priority_classes(self) -> list[Obj]:
+        return _read(self.priority_classes, self.api.list_priority_classes)
+
+    def _scope(self, informers: list[Informer], namespace: str) -> Informer | None:
+        """The informer that watches `namespace` (None: the operator does not)."""
+        return next((i for i in informers if i.namespace in (None, namespace)), None)
+
+
+def _read(informer: Informer | None, live: Callable[[], list[Obj]]) -> list[Obj]:
+    """The informer's objects once it has listed, else a list from the API server."""
+    if informer is None or not informer.synced.is_set():
+        return live()
+    return informer.items()
+
+
+def _same(live: list[Obj], cached: list[Obj]) -> bool:
+    """The cache shows the same pods as the API server: same incarnations, each as far
+    along (resourceVersion)."""
+
+    def ids(pods: list[Obj]) -> set[tuple[Any, Any]]:
+        return {((p.get("metadata") or {}).get("uid"),
+                 (p.get("metadata") or {}).get("resourceVersion")) for p in pods}  # fmt: skip
+
+    return ids(live) == ids(cached)

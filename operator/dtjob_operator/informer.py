@@ -1,0 +1,275 @@
+"""A watch-backed cache of one kind of object (an informer), kept on a thread of its own.
+
+It lists in pages, then watches from the list's resourceVersion with bookmarks, so a quiet
+watch that the API server ends (every `watch_seconds`) resumes where it was without a new
+list. A resourceVersion the server no longer has (410 Gone, after compaction) lists again;
+any other failure retries with backoff, for ever: an outage leaves the last known state in
+place, and the watch catches up once the API server answers.
+
+Why our own and not the `kubernetes` client's SharedInformer or kopf's indices: that one
+lists in one piece (no limit/continue), sets no bookmarks and keeps deserialised model
+objects (several times the memory of the JSON); kopf's handlers see every event but keep
+nothing unless we copy it, and cannot be read from a worker thread without its loop. Here
+objects stay raw JSON dicts trimmed by `trim` (no managedFields, nothing the operator never
+reads), indexed by namespace and by one label.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any, cast
+
+from kubernetes.client.exceptions import ApiException
+from kubernetes.watch.watch import iter_resp_lines
+
+from dtjob_operator.k8s import Obj
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, str]
+"""(namespace, name); namespace "" for cluster-scoped objects."""
+
+# Reconnect delays after a failed list or watch: short at first (a blip), then capped.
+BACKOFFS = (0.5, 1.0, 2.0, 4.0, 8.0)
+
+
+class ResourceExpired(Exception):
+    """The watch's resourceVersion is too old (410): only a new list can go on."""
+
+
+def key_of(obj: Obj) -> Key:
+    meta = obj.get("metadata") or {}
+    return (meta.get("namespace") or "", meta.get("name") or "")
+
+
+def drop_managed_fields(obj: Obj) -> Obj:
+    """The smallest trim: managedFields are often half an object and never read."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+    return obj
+
+
+class Informer:
+    """List + watch one resource (optionally label- and field-selected, server side)."""
+
+    def __init__(
+        self,
+        name: str,
+        list_call: Callable[..., object],
+        *,
+        trim: Callable[[Obj], Obj] = drop_managed_fields,
+        index_label: str | None = None,
+        on_change: Callable[[str, Obj], None] | None = None,
+        page_size: int = 500,
+        watch_seconds: int = 300,
+        connect_timeout: float = 5.0,
+        silence_timeout: float = 70.0,
+        **selectors: Any,
+    ) -> None:
+        self.name = name
+        self._call = list_call
+        self._trim = trim
+        self._index_label = index_label
+        self._on_change = on_change or (lambda _type, _obj: None)
+        self._page_size = page_size
+        self._watch_seconds = watch_seconds
+        self._connect_timeout = connect_timeout
+        self._silence_timeout = silence_timeout
+        self._selectors = selectors
+        self.namespace: str | None = selectors.get("namespace")
+        """The one namespace watched, or None for all of them (or cluster-scoped objects)."""
+        self._lock = threading.Lock()
+        self._store: dict[Key, Obj] = {}
+        self._index: dict[Key, set[Key]] = {}
+        self._rv: str | None = None
+        self._stop = threading.Event()
+        self._response: Any = None
+        self._thread: threading.Thread | None = None
+        self.synced = threading.Event()
+        """Set once the first list is in; until then readers must ask the API server."""
+        self.lists = 0
+        """How many full lists were made (the first, then one per 410): for tests."""
+
+    # -- reads (any thread) -------------------------------------------------------------
+
+    def get(self, namespace: str, name: str) -> Obj | None:
+        with self._lock:
+            return self._store.get((namespace, name))
+
+    def items(self) -> list[Obj]:
+        with self._lock:
+            return list(self._store.values())
+
+    def indexed(self, namespace: str, value: str) -> list[Obj]:
+        """Objects of `namespace` whose `index_label` is `value`."""
+        with self._lock:
+            return [self._store[k] for k in self._index.get((namespace, value), ())]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._store)
+
+    # -- the thread -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=f"informer-{self.name}",
+                                        daemon=True)  # fmt: skip
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        resp = self._response
+        if resp is not None:  # unblocks a watch waiting for its next line
+            with contextlib.suppress(Exception):  # a dead connection may fail to close
+                resp.close()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                if self._rv is None:
+                    self._relist()
+                self._watch()
+                failures = 0
+            except ResourceExpired:
+                log.info("informer %s: resourceVersion expired; listing again", self.name)
+                self._rv = None
+            except Exception as exc:  # an informer must outlive any failure
+                if self._stop.is_set():
+                    return
+                delay = BACKOFFS[min(failures, len(BACKOFFS) - 1)]
+                failures += 1
+                level = logging.INFO if failures == 1 else logging.WARNING
+                log.log(level, "informer %s: %s; retrying in %.1fs", self.name,
+                        _describe(exc), delay)  # fmt: skip
+                if isinstance(exc, ApiException) and exc.status == 410:
+                    self._rv = None
+                self._stop.wait(delay)
+
+    def _relist(self) -> None:
+        """Replace the store by a fresh paginated list; changes are reported as events."""
+        items, rv = self._list()
+        fresh = {key_of(o): self._trim(o) for o in items}
+        with self._lock:
+            old = self._store
+            self._store = fresh
+            self._index = {}
+            for key, obj in fresh.items():
+                self._index_add(key, obj)
+        self._rv = rv
+        self.lists += 1
+        self.synced.set()
+        for key, obj in old.items():
+            if key not in fresh:
+                self._on_change("DELETED", obj)
+        for key, obj in fresh.items():
+            before = old.get(key)
+            if before is None or _rv_of(before) != _rv_of(obj):
+                self._on_change("ADDED" if before is None else "MODIFIED", obj)
+
+    def _list(self) -> tuple[list[Obj], str]:
+        items: list[Obj] = []
+        token: str | None = None
+        while True:
+            kwargs = dict(self._selectors, limit=self._page_size, _preload_content=False)
+            if token:
+                kwargs["_continue"] = token
+            try:
+                resp = self._call(**kwargs)
+            except ApiException as exc:
+                if exc.status == 410 and token:  # the snapshot paged through is gone
+                    items, token = [], None
+                    continue
+                raise
+            body = json.loads(cast(Any, resp).data)
+            items.extend(body.get("items") or [])
+            meta = body.get("metadata") or {}
+            token = meta.get("continue") or None
+            if not token:
+                return items, str(meta.get("resourceVersion") or "")
+
+    def _watch(self) -> None:
+        resp: Any = self._call(
+            **self._selectors,
+            watch=True,
+            resource_version=self._rv,
+            allow_watch_bookmarks=True,
+            timeout_seconds=self._watch_seconds,
+            _preload_content=False,
+            # The API server sends a bookmark about every minute on a healthy watch: a longer
+            # silence is a half-open connection, which the read timeout ends.
+            _request_timeout=(self._connect_timeout, self._silence_timeout),
+        )
+        self._response = resp
+        try:
+            for event in _events(resp):
+                if self._stop.is_set():
+                    return
+                self._apply(event)
+        finally:
+            self._response = None
+            resp.release_conn()
+
+    def _apply(self, event: Obj) -> None:
+        kind, obj = event.get("type"), event.get("object") or {}
+        if kind == "ERROR":
+            if obj.get("code") == 410:
+                raise ResourceExpired(obj.get("message", ""))
+            raise ApiException(status=obj.get("code"), reason=obj.get("message"))
+        rv = (obj.get("metadata") or {}).get("resourceVersion")
+        if kind == "BOOKMARK":
+            self._rv = rv or self._rv
+            return
+        key = key_of(obj)
+        trimmed = self._trim(obj)
+        with self._lock:
+            old = self._store.pop(key, None)
+            if old is not None:
+                self._index_remove(key, old)
+            if kind != "DELETED":
+                self._store[key] = trimmed
+                self._index_add(key, trimmed)
+        self._rv = rv or self._rv
+        self._on_change(str(kind), trimmed)
+
+    def _index_add(self, key: Key, obj: Obj) -> None:
+        if (value := self._label(obj)) is not None:
+            self._index.setdefault((key[0], value), set()).add(key)
+
+    def _index_remove(self, key: Key, obj: Obj) -> None:
+        if (value := self._label(obj)) is not None:
+            keys = self._index.get((key[0], value))
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._index[(key[0], value)]
+
+    def _label(self, obj: Obj) -> str | None:
+        if self._index_label is None:
+            return None
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        value = labels.get(self._index_label)
+        return value if isinstance(value, str) else None
+
+
+def _events(resp: Any) -> Iterator[Obj]:
+    for line in iter_resp_lines(resp):  # type: ignore[no-untyped-call]
+        if line:
+            yield json.loads(line)
+
+
+def _rv_of(obj: Obj) -> object:
+    return (obj.get("metadata") or {}).get("resourceVersion")
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, ApiException):
+        return f"API error {exc.status} {exc.reason}"
+    return f"{type(exc).__name__}: {str(exc)[:200]}"
