@@ -173,6 +173,7 @@ class Reconciler:
             t = threading.Thread(target=self._work, name=f"reconcile-{i}", daemon=True)
             t.start()
             self._threads.append(t)
+        self.heartbeats.workers_started()
         if self.admission is not None:
             self.admission.start()
 
@@ -203,6 +204,7 @@ class Reconciler:
 
     def stop(self) -> None:
         """Stop the worker threads (after their current reconcile)."""
+        self.heartbeats.workers_stopped()
         self.queue.shutdown()
         if self.admission is not None:
             self.admission.stop()
