@@ -9,6 +9,7 @@ import json
 import re
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any, get_args
 
@@ -503,3 +504,21 @@ def test_numeric_bounds_are_the_operators_own() -> None:
     level_pattern = OperatorSettings.model_fields["log_level"].metadata[0].pattern
     assert level_pattern == "^(" + "|".join(log_level["enum"]) + ")$"
     assert tuple(mode["enum"]) == get_args(OperatorSettings.model_fields["admission"].annotation)
+
+
+def test_the_readme_values_table_is_current_and_names_every_value() -> None:
+    check = subprocess.run(
+        [sys.executable, str(REPO / "hack" / "chart_values_table.py"), "--check"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert check.returncode == 0, check.stderr
+    readme = (CHART / "README.md").read_text()
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    paths = leaf_paths(values)
+    for path in [p for p in paths if not any(q.startswith(f"{p}.") for q in paths)]:
+        prefixes = [".".join(path.split(".")[:n]) for n in range(1, path.count(".") + 2)]
+        assert any(f"| `{p}` |" in readme for p in prefixes), f"README misses {path}"
+    # What a user needs besides the table.
+    needed = ["helm install", "helm upgrade", "--server-side", "image.repository",
+              "trainer.image.repository", "imagePullSecrets", "## RBAC", "/readyz"]  # fmt: skip
+    assert [n for n in needed if n not in readme] == []
