@@ -80,6 +80,7 @@ def main() -> None:
             lambda: reconciler.heartbeats.verdict(
                 settings.liveness_stuck_seconds, LOOP_SILENT_SECONDS
             ),
+            ready=lambda: reconciler.heartbeats.readiness(LOOP_SILENT_SECONDS),
         )
     if elector is not None:
         elector.on_started_leading = reconciler.enqueue_all

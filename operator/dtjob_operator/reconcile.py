@@ -178,6 +178,7 @@ class Reconciler:
             t = threading.Thread(target=self._work, name=f"reconcile-{i}", daemon=True)
             t.start()
             self._threads.append(t)
+        self.heartbeats.workers_started()
         if self.admission is not None:
             self.admission.start()
 
@@ -208,6 +209,7 @@ class Reconciler:
 
     def stop(self) -> None:
         """Stop the worker threads (after their current reconcile)."""
+        self.heartbeats.workers_stopped()
         self.queue.shutdown()
         if self.admission is not None:
             self.admission.stop()

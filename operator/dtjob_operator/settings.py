@@ -26,7 +26,8 @@ class OperatorSettings(BaseSettings):
     """Port of the Prometheus /metrics endpoint; 0 turns it off."""
     liveness_endpoint: str = "http://0.0.0.0:8080/healthz"
     """Liveness endpoint (health.py): 503 when a reconcile is stuck or the watch loop is
-    silent, so the kubelet restarts the pod; empty turns it off."""
+    silent, so the kubelet restarts the pod; empty turns it off. The same server answers
+    readiness on /readyz (the workers run and kopf's watches have started)."""
     liveness_stuck_seconds: float = Field(default=300.0, ge=10, le=86400)
     """A reconcile in flight longer than this makes the liveness endpoint fail (every API
     call has a timeout, so only something truly stuck gets there)."""

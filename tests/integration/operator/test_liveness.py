@@ -1,5 +1,6 @@
 """/healthz of a real operator process turns 503 when a reconcile worker is really stuck
-against the real API server, within DTJOB_LIVENESS_STUCK_SECONDS, and is 200 otherwise.
+against the real API server, within DTJOB_LIVENESS_STUCK_SECONDS, and is 200 otherwise;
+/readyz turns 200 once the operator has started, and a stuck worker does not change it.
 
 What blocks the worker is no hook in the operator: a validating webhook (helpers/webhook.py)
 holds the job's pod creates, so the worker waits in a real create call, as it would behind
@@ -75,6 +76,8 @@ def test_healthz_fails_while_a_worker_is_stuck_in_an_api_call_and_recovers(
     operator.start()
     try:
         wait_for(lambda: probe(url)[0] == 200, timeout=30, what="/healthz answering 200")
+        ready = url.replace("/healthz", "/readyz")
+        wait_for(lambda: probe(ready)[0] == 200, timeout=30, what="/readyz answering 200")
         # Healthy while it works normally: a job reconciled from creation to Running.
         create_job(api, namespace, ddp("fine"))
         wait_phase(api, namespace, "fine", "Running")
@@ -97,6 +100,7 @@ def test_healthz_fails_while_a_worker_is_stuck_in_an_api_call_and_recovers(
             turned = time.monotonic() - since
             assert f"reconcile of {namespace}/{stuck} in flight" in reason, reason
             assert STUCK_SECONDS - 2 < turned <= STUCK_SECONDS + 3, turned
+            assert probe(ready) == (200, "ok")  # stuck is for liveness to judge, not readiness
             # The webhook lets the creates through: the worker is free, healthy again.
             webhook.release()
             wait_for(lambda: probe(url)[0] == 200, timeout=10, what="/healthz back to 200")

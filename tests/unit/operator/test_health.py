@@ -101,3 +101,68 @@ def test_other_paths_are_not_found() -> None:
         assert err.value.code == 404
     finally:
         server.shutdown()
+
+
+def test_ready_once_workers_run_and_kopfs_loop_beats_until_it_falls_silent() -> None:
+    clock = Clock()
+    beats = Heartbeats(clock)
+    verdict = beats.readiness(60)
+    assert not verdict.alive and "workers" in verdict.reason
+    beats.workers_started()
+    verdict = beats.readiness(60)
+    assert not verdict.alive and "watches" in verdict.reason  # kopf still starting
+    beats.loop_beat()
+    assert beats.readiness(60).alive
+    beats.started("ns/slow")  # a long reconcile fails liveness, not readiness
+    clock.now += 59
+    assert beats.readiness(60).alive
+    clock.now += 2
+    verdict = beats.readiness(60)
+    assert not verdict.alive and "silent" in verdict.reason
+    beats.loop_beat()
+    assert beats.readiness(60).alive
+    beats.workers_stopped()
+    assert not beats.readiness(60).alive
+
+
+def get(url: str) -> tuple[int, dict[str, Any]]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def test_a_replica_that_does_not_lead_is_ready() -> None:
+    """A standby replica answers 200 on /readyz, as the operator's main wires it."""
+    settings = OperatorSettings(admission="external")
+    reconciler = Reconciler(BlockingApi(), settings, OperatorMetrics(), lambda: False)  # type: ignore[arg-type]
+    server = serve_liveness(
+        "http://127.0.0.1:0/healthz",
+        lambda: reconciler.heartbeats.verdict(300, 60),
+        ready=lambda: reconciler.heartbeats.readiness(60),
+    )
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        not_yet = {"ready": False, "reason": "reconcile workers not running"}
+        assert get(f"{base}/readyz") == (503, not_yet)
+        reconciler.start(1)
+        status, body = get(f"{base}/readyz")
+        assert status == 503 and "watches" in body["reason"]
+        reconciler.heartbeats.loop_beat()  # kopf's startup handler
+        assert get(f"{base}/readyz") == (200, {"ready": True, "reason": "ok"})
+        assert get(f"{base}/healthz") == (200, {"alive": True, "reason": "ok"})
+    finally:
+        reconciler.stop()
+        server.shutdown()
+    assert not reconciler.heartbeats.readiness(60).alive
+
+
+def test_without_a_readiness_check_there_is_no_readyz() -> None:
+    server = serve_liveness("http://127.0.0.1:0/healthz", lambda: Verdict(True, "ok"))
+    try:
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(f"http://127.0.0.1:{server.server_address[1]}/readyz", timeout=5)
+        assert err.value.code == 404
+    finally:
+        server.shutdown()
