@@ -82,9 +82,7 @@ def test_the_cache_follows_selected_pods_and_indexes_them_by_job(
     assert informer.lists == 1
 
 
-def test_a_resource_version_too_old_is_answered_by_a_new_list(
-    cluster, namespace, informer
-) -> None:  # type: ignore[no-untyped-def]
+def test_a_resource_version_too_old_is_answered_by_a_new_list(cluster, namespace, informer) -> None:  # type: ignore[no-untyped-def]
     cluster.core.create_namespaced_pod(namespace, pod("p", "j"))
     # As after a long disconnection: the watch would resume from a revision the API
     # server compacted away long ago (410 Gone).

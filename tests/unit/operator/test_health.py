@@ -135,7 +135,7 @@ def get(url: str) -> tuple[int, dict[str, Any]]:
 
 def test_a_replica_that_does_not_lead_is_ready() -> None:
     """A standby replica answers 200 on /readyz, as the operator's main wires it."""
-    settings = OperatorSettings(admission="external")
+    settings = OperatorSettings(admission="external", informers=False)
     reconciler = Reconciler(BlockingApi(), settings, OperatorMetrics(), lambda: False)  # type: ignore[arg-type]
     server = serve_liveness(
         "http://127.0.0.1:0/healthz",
