@@ -5,10 +5,14 @@
   namespace, 460 waiting), p50/p90 over repeated passes;
   * `offline`: the pure part (snapshot from API objects + decide), synthetic objects, plus
     100 busy pods on 32 nodes;
-  * `cluster` (--cluster): the real pass, listing from the local API server;
-- memory: Python heap held for the 500 jobs (objects + gang cache), and the process RSS.
+  * `cluster` (--cluster): the real pass on the local API server, with `--pods N` other
+    running pods on the fake nodes (default 10,000): `live` lists everything each pass (as
+    with DTJOB_INFORMERS=false), `cached` reads pods, nodes, quotas and PriorityClasses
+    from the informers (caches.py) and lists only the jobs;
+- memory: Python heap held for the 500 jobs (objects + gang cache), the heap the caches
+  hold for the N pods, and the process RSS.
 
-Usage: python bench/admission.py [--cluster] [--passes N]
+Usage: python bench/admission.py [--cluster] [--passes N] [--pods N]
 """
 
 from __future__ import annotations
@@ -157,7 +161,50 @@ def timed_passes(passes: int) -> dict[str, Any]:
     }
 
 
-def on_cluster(passes: int) -> dict[str, Any]:
+def timed_gathers(controller: Any, passes: int) -> dict[str, Any]:
+    controller.run_pass()
+    samples, gathers = [], []
+    for _ in range(passes):
+        t0 = time.perf_counter()
+        snap = controller.gather()
+        t1 = time.perf_counter()
+        decide(snap, preemption=True)
+        samples.append(time.perf_counter() - t0)
+        gathers.append(t1 - t0)
+    return {"pass": percentiles(samples), "gather_only": percentiles(gathers)}
+
+
+def create_busy_pods(core: Any, count: int) -> str:
+    """`count` running pods of some other workload, bound to the fake nodes round-robin
+    (no scheduler needed), in a namespace of their own; returns it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from helpers.kube import KWOK_NODE, create_namespace
+
+    ns = create_namespace(core, "bench-busy")
+    nodes = [
+        n.metadata.name
+        for n in core.list_node().items
+        if (n.metadata.annotations or {}).get(KWOK_NODE) is not None
+    ]
+
+    def one(i: int) -> None:
+        core.create_namespaced_pod(ns, {
+            "metadata": {"name": f"busy-{i:05d}", "labels": {"app": "busy"}},
+            "spec": {
+                "nodeName": nodes[i % len(nodes)],
+                "containers": [{"name": "c", "image": "busy",
+                                "resources": {"requests": {"cpu": "1m", "memory": "1Mi"}}}],
+                "tolerations": [{"operator": "Exists"}],
+            },
+        })  # fmt: skip
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(one, range(count)))
+    return ns
+
+
+def on_cluster(passes: int, pods: int) -> dict[str, Any]:
     import subprocess
 
     from kubernetes import client, config
@@ -175,6 +222,7 @@ def on_cluster(passes: int) -> dict[str, Any]:
     core = client.CoreV1Api(api)
     install_crd(api)
     namespaces = [create_namespace(core, "bench-adm") for _ in range(NAMESPACES)]
+    namespaces_made: list[str] = []
     try:
         for ns in namespaces:
             core.create_namespaced_resource_quota(
@@ -186,25 +234,38 @@ def on_cluster(passes: int) -> dict[str, Any]:
             for key in ("uid", "generation", "creationTimestamp", "namespace"):
                 job["metadata"].pop(key)
             create_job(api, namespaces[i % NAMESPACES], job)
+        busy = create_busy_pods(core, pods)
+        namespaces_made = [busy]
+        from dtjob_operator.caches import Caches
         from dtjob_operator.k8s import KubeApi
 
         settings = OperatorSettings(namespaces=namespaces)
-        controller = AdmissionController(
-            KubeApi(api), settings, OperatorMetrics(), AdmissionBook(),
-            enqueue=lambda key: None,
+        kube = KubeApi(api)
+        result: dict[str, Any] = {"other_running_pods": pods}
+        live = AdmissionController(
+            kube, settings, OperatorMetrics(), AdmissionBook(), enqueue=lambda key: None
+        )
+        result["live"] = timed_gathers(live, passes)
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        caches = Caches(kube, settings, lambda key: None, lambda: None)
+        t0 = time.perf_counter()
+        caches.start()
+        while not caches.synced():
+            time.sleep(0.05)
+        result["cache_first_sync_s"] = round(time.perf_counter() - t0, 2)
+        result["cache_heap_mib"] = round((tracemalloc.get_traced_memory()[0] - before) / 2**20, 1)
+        result["cached_pods"] = len(caches.unfinished_pods or ())
+        tracemalloc.stop()
+        cached = AdmissionController(
+            kube, settings, OperatorMetrics(), AdmissionBook(), enqueue=lambda key: None,
+            reads=caches,
         )  # fmt: skip
-        controller.run_pass()
-        samples, gathers = [], []
-        for _ in range(passes):
-            t0 = time.perf_counter()
-            snap = controller.gather()
-            t1 = time.perf_counter()
-            decide(snap, preemption=True)
-            samples.append(time.perf_counter() - t0)
-            gathers.append(t1 - t0)
-        return {"pass": percentiles(samples), "gather_only": percentiles(gathers)}
+        result["cached"] = timed_gathers(cached, passes)
+        caches.stop()
+        return result
     finally:
-        for ns in namespaces:
+        for ns in namespaces + namespaces_made:
             core.delete_namespace(ns)
 
 
@@ -212,10 +273,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--cluster", action="store_true", help="also measure on the cluster")
     parser.add_argument("--passes", type=int, default=30)
+    parser.add_argument("--pods", type=int, default=10_000, help="other running pods")
     args = parser.parse_args()
     result: dict[str, Any] = {"offline": offline(args.passes)}
     if args.cluster:
-        result["cluster"] = on_cluster(args.passes)
+        result["cluster"] = on_cluster(args.passes, args.pods)
     result["process_max_rss_mib"] = round(
         resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1
     )

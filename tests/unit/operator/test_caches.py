@@ -1,0 +1,143 @@
+"""The caches' reads: live until an informer has listed, from the cache after, live again
+for a job whose pods were just written until the cache shows the same; and trims that
+keep everything the admission and the lost-node check read."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dtjob_operator.admission.resources import pod_requests
+from dtjob_operator.admission.snapshot import node_view
+from dtjob_operator.caches import Caches, trim_node, trim_pod_for_capacity
+from dtjob_operator.constants import LABEL_JOB_NAME
+from dtjob_operator.informer import Informer
+from dtjob_operator.policies.nodes import is_lost
+from dtjob_operator.settings import OperatorSettings
+
+
+def pod(name: str, rv: str, uid: str | None = None) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name, "namespace": "ns", "uid": uid or f"uid-{name}",
+            "resourceVersion": rv, "labels": {LABEL_JOB_NAME: "j"},
+        },
+    }  # fmt: skip
+
+
+class LiveApi:
+    """The API server's answer to a job's pod list, counted."""
+
+    def __init__(self) -> None:
+        self.pods: list[dict[str, Any]] = []
+        self.lists = 0
+
+    def list_pods(self, namespace: str, job_name: str) -> list[dict[str, Any]]:
+        self.lists += 1
+        return list(self.pods)
+
+
+def caches_with(api: LiveApi) -> tuple[Caches, Informer]:
+    caches = Caches(api, OperatorSettings(), lambda key: None, lambda: None)  # type: ignore[arg-type]
+    informer = Informer("job-pods", lambda **_: None, index_label=LABEL_JOB_NAME)
+    caches.job_pods = [informer]
+    return caches, informer
+
+
+def watch(informer: Informer, kind: str, obj: dict[str, Any]) -> None:
+    informer._apply({"type": kind, "object": obj})
+
+
+def test_reads_go_live_until_the_informer_has_listed_then_come_from_the_cache() -> None:
+    api = LiveApi()
+    api.pods = [pod("a", "1")]
+    caches, informer = caches_with(api)
+    assert [p["metadata"]["name"] for p in caches.job_pods_of("ns", "j", "job")] == ["a"]
+    assert api.lists == 1
+    informer.synced.set()
+    watch(informer, "ADDED", pod("a", "1"))
+    assert [p["metadata"]["name"] for p in caches.job_pods_of("ns", "j", "job")] == ["a"]
+    assert api.lists == 1  # from the cache
+
+
+def test_a_job_whose_pods_were_written_reads_live_until_the_cache_agrees() -> None:
+    api = LiveApi()
+    caches, informer = caches_with(api)
+    informer.synced.set()
+    caches.wrote_pods("job")  # created a and b; the watch has not told yet
+    api.pods = [pod("a", "5"), pod("b", "6")]
+    seen = caches.job_pods_of("ns", "j", "job")
+    assert {p["metadata"]["name"] for p in seen} == {"a", "b"}  # never the stale cache
+    watch(informer, "ADDED", pod("a", "5"))
+    caches.job_pods_of("ns", "j", "job")
+    assert api.lists == 2  # b still missing from the cache: live again
+    watch(informer, "ADDED", pod("b", "6"))
+    caches.job_pods_of("ns", "j", "job")  # agrees now: settled
+    assert api.lists == 3
+    caches.job_pods_of("ns", "j", "job")
+    assert api.lists == 3
+    # A deletion the same way: the cache keeps the pod until the watch says it went.
+    caches.wrote_pods("job")
+    api.pods = [pod("a", "5")]
+    assert {p["metadata"]["name"] for p in caches.job_pods_of("ns", "j", "job")} == {"a"}
+    watch(informer, "DELETED", pod("b", "7"))
+    caches.job_pods_of("ns", "j", "job")
+    caches.job_pods_of("ns", "j", "job")
+    assert api.lists == 5
+
+
+def test_the_same_name_of_another_incarnation_is_not_agreement() -> None:
+    api = LiveApi()
+    caches, informer = caches_with(api)
+    informer.synced.set()
+    watch(informer, "ADDED", pod("a", "5", uid="old"))
+    caches.wrote_pods("job")
+    api.pods = [pod("a", "9", uid="new")]  # the restarted gang's pod, same name
+    assert caches.job_pods_of("ns", "j", "job")[0]["metadata"]["uid"] == "new"
+    assert caches.job_pods_of("ns", "j", "job")[0]["metadata"]["uid"] == "new"
+    assert api.lists == 2
+
+
+def test_the_capacity_trim_keeps_what_a_pod_is_charged() -> None:
+    full = {
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u", "managedFields": [{}] * 50,
+                     "annotations": {"big": "x" * 10_000}, "labels": {"a": "b"}},
+        "spec": {
+            "nodeName": "n1",
+            "volumes": [{"name": f"v{i}", "emptyDir": {}} for i in range(20)],
+            "initContainers": [
+                {"name": "side", "restartPolicy": "Always", "image": "i",
+                 "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}},
+                {"name": "init", "image": "i", "resources": {"requests": {"cpu": "4"}}},
+            ],
+            "containers": [
+                {"name": "c", "image": "i", "env": [{"name": "X", "value": "y"}] * 30,
+                 "resources": {"limits": {"nvidia.com/gpu": "8"}, "requests": {"cpu": "2"}}},
+            ],
+        },
+        "status": {"phase": "Running", "conditions": [{"type": "Ready"}] * 5},
+    }  # fmt: skip
+    trimmed = trim_pod_for_capacity(full)
+    assert pod_requests(trimmed["spec"]) == pod_requests(full["spec"])
+    assert trimmed["spec"]["nodeName"] == "n1" and trimmed["status"] == {"phase": "Running"}
+    assert trimmed["metadata"]["labels"] == {"a": "b"}
+    assert len(repr(trimmed)) < len(repr(full)) / 10
+
+
+def test_the_node_trim_keeps_what_admission_and_the_lost_node_check_read() -> None:
+    node = {
+        "metadata": {"name": "n1", "labels": {"gpu": "h100"}, "managedFields": [{}],
+                     "annotations": {"kwok.x-k8s.io/node": "fake"}},
+        "spec": {"taints": [{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}]},
+        "status": {
+            "allocatable": {"nvidia.com/gpu": "8", "cpu": "64"},
+            "conditions": [{"type": "Ready", "status": "Unknown"}],
+            "images": [{"names": [f"img{i}"], "sizeBytes": 1} for i in range(500)],
+        },
+    }  # fmt: skip
+    import copy
+
+    full = copy.deepcopy(node)
+    trimmed = trim_node(node)
+    assert "images" not in trimmed["status"]
+    assert node_view(trimmed) == node_view(full)
+    assert is_lost(trimmed) == is_lost(full) is True
