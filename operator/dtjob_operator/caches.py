@@ -1,5 +1,6 @@
 """What the operator reads, from watch-backed caches (informers) instead of lists per pass.
 
+- The jobs (the reconcile's read; kopf's own watch of them wakes the reconciles).
 - The pods and ConfigMaps the operator owns: label-selected on the server
   (`dtjob.io/job-name`), indexed by job; a change wakes that job's reconcile.
 - Every unfinished pod of the cluster (what holds node and quota room), trimmed to the
@@ -13,16 +14,21 @@ pod missing would create it again, one that saw a deleted pod still there would 
 after a reconcile writes pods, the job is marked unsettled: its next reconciles list its
 pods from the API server and compare them with the cache, and the cache is trusted again
 for that job once both agree (client-go's controllers keep "expectations" for the same
-reason). Until a cache has made its first list, every read goes to the API server.
+reason). Likewise a job whose status the reconcile wrote is read from the API server until
+the cache holds the resourceVersion that write returned. Until a cache has made its first
+list, every read goes to the API server.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
+from dtjob_operator.api import GROUP, PLURAL, VERSION
 from dtjob_operator.constants import LABEL_JOB_NAME
 from dtjob_operator.informer import Informer, drop_managed_fields
 from dtjob_operator.k8s import KubeApi, Obj
@@ -40,7 +46,7 @@ WATCH_SECONDS = 300
 # (tests/unit/operator/test_chart.py), with k8s.API_CALLS and handlers.KOPF_CALLS.
 CACHE_CALLS: frozenset[tuple[str, str, str]] = frozenset(
     (group, resource, verb)
-    for group, resource in (("", "pods"), ("", "configmaps"), ("", "nodes"),
+    for group, resource in ((GROUP, PLURAL), ("", "pods"), ("", "configmaps"), ("", "nodes"),
                             ("", "resourcequotas"), ("scheduling.k8s.io", "priorityclasses"))
     for verb in ("list", "watch")
 )  # fmt: skip
@@ -107,6 +113,7 @@ class Caches:
         self.settings = settings
         self.on_job_child = on_job_child
         self.on_capacity = on_capacity
+        self.jobs: list[Informer] = []
         self.job_pods: list[Informer] = []
         self.job_config_maps: list[Informer] = []
         self.unfinished_pods: Informer | None = None
@@ -114,9 +121,12 @@ class Caches:
         self.quotas: Informer | None = None
         self.priority_classes: Informer | None = None
         self._unsettled: set[str] = set()
+        self._written_jobs: dict[JobKey, str | None] = {}
         self._lock = threading.Lock()
         self.live_pod_lists = 0
         """Pod lists that went to the API server (unsettled jobs, caches not synced yet)."""
+        self.live_job_gets = 0
+        """Job reads that went to the API server."""
 
     def _build(self) -> None:
         core, settings, namespaces = self.api.core, self.settings, self.settings.namespaces
@@ -147,6 +157,12 @@ class Caches:
             core.list_namespaced_config_map if namespaces
             else core.list_config_map_for_all_namespaces
         )  # fmt: skip
+        jobs_call = (
+            partial(self.api.custom.list_namespaced_custom_object, GROUP, VERSION, plural=PLURAL)
+            if namespaces
+            else partial(self.api.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL)
+        )
+        self.jobs = [Informer("jobs", jobs_call, trim=trim_owned, **common, **s) for s in scopes]
         self.job_pods = [Informer("job-pods", pods_call, **owned, **s) for s in scopes]
         self.job_config_maps = [Informer("job-configmaps", cms_call, **owned, **s) for s in scopes]
         # A pod that finishes or goes leaves this set (DELETED): room freed, a pass may admit.
@@ -167,7 +183,8 @@ class Caches:
     @property
     def informers(self) -> list[Informer]:
         one = (self.unfinished_pods, self.nodes, self.quotas, self.priority_classes)
-        return [*self.job_pods, *self.job_config_maps, *(i for i in one if i is not None)]
+        return [*self.jobs, *self.job_pods, *self.job_config_maps,
+                *(i for i in one if i is not None)]  # fmt: skip
 
     def start(self) -> None:
         self._build()
@@ -183,15 +200,44 @@ class Caches:
 
     # -- the reconcile's reads ----------------------------------------------------------
 
+    def get_job(self, namespace: str, name: str) -> Obj | None:
+        """The job (a copy: the reconcile may build on it). From the API server while the
+        cache has not seen the reconcile's last status write, and when the cache does not
+        have it (a job just created may not be there yet; a deleted one is confirmed)."""
+        informer = self._scope(self.jobs, namespace)
+        key = (namespace, name)
+        cached = informer.get(namespace, name) if informer and informer.synced.is_set() else None
+        if cached is not None:
+            with self._lock:
+                settled = key not in self._written_jobs
+                if not settled and _rv_of(cached) == self._written_jobs[key]:
+                    del self._written_jobs[key]  # the cache has seen our last write
+                    settled = True
+            if settled:
+                return copy.deepcopy(cached)
+        self.live_job_gets += 1
+        live = self.api.get_job(namespace, name)
+        with self._lock:
+            if key in self._written_jobs:  # what the cache must reach (a failed write: unknown)
+                self._written_jobs[key] = _rv_of(live) if live is not None else None
+        return live
+
+    def wrote_job(self, namespace: str, name: str, resource_version: str | None) -> None:
+        """The reconcile wrote the job's status, which is at `resource_version` now."""
+        with self._lock:
+            self._written_jobs[(namespace, name)] = resource_version
+
     def wrote_pods(self, uid: str) -> None:
         """The reconcile created or deleted pods of job `uid`: read them live until the
         cache shows the same."""
         with self._lock:
             self._unsettled.add(uid)
 
-    def forget(self, uid: str) -> None:
+    def forget(self, uid: str | None, key: JobKey) -> None:
+        """The job is gone or finished with: nothing of it to keep track of."""
         with self._lock:
-            self._unsettled.discard(uid)
+            self._unsettled.discard(uid or "")
+            self._written_jobs.pop(key, None)
 
     def job_pods_of(self, namespace: str, job_name: str, uid: str) -> list[Obj]:
         informer = self._scope(self.job_pods, namespace)
@@ -203,7 +249,8 @@ class Caches:
             if informer is not None and unsettled and _same(live, informer.indexed(
                 namespace, job_name
             )):  # fmt: skip
-                self.forget(uid)
+                with self._lock:
+                    self._unsettled.discard(uid)
             return live
         return informer.indexed(namespace, job_name)
 
@@ -230,6 +277,11 @@ class Caches:
     def _scope(self, informers: list[Informer], namespace: str) -> Informer | None:
         """The informer that watches `namespace` (None: the operator does not)."""
         return next((i for i in informers if i.namespace in (None, namespace)), None)
+
+
+def _rv_of(obj: Obj) -> str | None:
+    rv = (obj.get("metadata") or {}).get("resourceVersion")
+    return str(rv) if rv else None
 
 
 def _read(informer: Informer | None, live: Callable[[], list[Obj]]) -> list[Obj]:

@@ -128,7 +128,7 @@ class Informer:
             with contextlib.suppress(Exception):  # a dead connection may fail to close
                 resp.close()
         if self._thread is not None:
-            self._thread.join(timeout=10)
+            self._thread.join(timeout=2)  # a daemon thread: never hold up a shutdown
 
     def _run(self) -> None:
         failures = 0

@@ -405,11 +405,14 @@ class KubeApi:
             if exc.status != 404:
                 raise
 
-    def patch_status(self, namespace: str, name: str, status: Obj) -> None:
-        """Merge-patch the status subresource with `status` (None values delete keys)."""
-        self.custom.patch_namespaced_custom_object_status(
+    def patch_status(self, namespace: str, name: str, status: Obj) -> str | None:
+        """Merge-patch the status subresource with `status` (None values delete keys);
+        returns the job's resourceVersion after the write."""
+        job = self.custom.patch_namespaced_custom_object_status(
             GROUP, VERSION, namespace, PLURAL, name, {"status": status}
         )
+        meta = (job or {}).get("metadata") if isinstance(job, dict) else None
+        return str(meta["resourceVersion"]) if meta and meta.get("resourceVersion") else None
 
     def emit_event(self, job: Obj, event_type: str, reason: str, message: str) -> None:
         """Record a core/v1 Event on the job; failures are logged, never raised."""

@@ -118,6 +118,13 @@ def _admitted(status: dict[str, Any]) -> bool:
     )
 
 
+def _admitted_message(status: dict[str, Any]) -> str:
+    for c in status.get("conditions") or []:
+        if c.get("type") == CONDITION_ADMITTED:
+            return str(c.get("message") or "")
+    return ""
+
+
 def _admitted_reason(status: dict[str, Any]) -> str | None:
     for c in status.get("conditions") or []:
         if c.get("type") == CONDITION_ADMITTED:
@@ -295,7 +302,7 @@ class Reconciler:
     def reconcile(self, key: JobKey) -> float | None:
         """Bring one job one step closer to its desired state; returns when to look again."""
         namespace, name = key
-        job = self.api.get_job(namespace, name)
+        job = self.caches.get_job(namespace, name)
         if job is None or job["metadata"].get("deletionTimestamp"):
             self._forget(key, job)
             return None
@@ -368,7 +375,7 @@ class Reconciler:
             return None
 
         if plan.status != written:
-            self.api.patch_status(namespace, name, status_patch(written, plan.status))
+            self._patch_status(namespace, name, status_patch(written, plan.status))
             if plan.status.get("restarts", 0) > old_status.get("restarts", 0):
                 self.metrics.restarts.labels(namespace=namespace).inc()
         self._after_admission_step(job, written, plan.status, bool(plan.delete_pods))
@@ -396,13 +403,22 @@ class Reconciler:
         others = [c for c in old.get("conditions") or [] if c.get("type") != CONDITION_ADMITTED]
         written = dict(old, conditions=others + admitted)
         meta = job["metadata"]
-        self.api.patch_status(
-            meta["namespace"], meta["name"], {"conditions": written["conditions"]}
-        )
+        self._patch_status(meta["namespace"], meta["name"], {"conditions": written["conditions"]})
         self.kill_points.reached(AFTER_ADMISSION_WRITTEN)
         if self.admission is not None:
             self._announce_admission(job, old)  # right after the write, as in any pass
         return written
+
+    def _patch_status(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        """Write the status; the job cache is not trusted for this job until it has seen
+        this write (caches.py)."""
+        try:
+            version = self.api.patch_status(namespace, name, patch)
+        except Exception:
+            # It may have been written all the same (a timeout): read it live next time.
+            self.caches.wrote_job(namespace, name, None)
+            raise
+        self.caches.wrote_job(namespace, name, version)
 
     def _lost_nodes(self, pods: list[Obj]) -> frozenset[str]:
         """Lost nodes among those of the job's terminating pods: only a pod on its way out
@@ -442,7 +458,7 @@ class Reconciler:
         limit = self.settings.max_object_depth
         message = too_deep_message(path, limit)
         new = too_deep_status(old, message, datetime.now(UTC), meta.get("generation"))
-        self.api.patch_status(meta["namespace"], meta["name"], status_patch(old, new))
+        self._patch_status(meta["namespace"], meta["name"], status_patch(old, new))
         self._try_event(job, EVENT_WARNING, REASON_INVALID_SPEC, message)
         log.warning("job %s/%s is nested too deeply to plan: %s", meta["namespace"],
                     meta["name"], path[:200])  # fmt: skip
@@ -456,6 +472,11 @@ class Reconciler:
             return
         uid = job["metadata"]["uid"]
         was, now = _admitted(old), _admitted(new)
+        if was and not now:
+            meta = job["metadata"]
+            log.info("admission of %s/%s withdrawn (%s, phase %s -> %s): %s", meta["namespace"],
+                     meta["name"], _admitted_reason(new), old.get("phase"), new.get("phase"),
+                     _admitted_message(new))  # fmt: skip
         if (was and not now) or new.get("phase") in TERMINAL_PHASES:
             self.book.forget(uid)
         if now and not was:
@@ -491,5 +512,5 @@ class Reconciler:
         if job is not None:
             self.children.forget(job["metadata"]["uid"])
             self.book.forget(job["metadata"]["uid"])
-            self.caches.forget(job["metadata"]["uid"])
+        self.caches.forget(job["metadata"]["uid"] if job is not None else None, key)
         self.request_admission()  # its pods and reservation free room

@@ -141,3 +141,46 @@ def test_the_node_trim_keeps_what_admission_and_the_lost_node_check_read() -> No
     assert "images" not in trimmed["status"]
     assert node_view(trimmed) == node_view(full)
     assert is_lost(trimmed) == is_lost(full) is True
+
+
+class JobApi:
+    def __init__(self) -> None:
+        self.job: dict[str, Any] | None = None
+        self.gets = 0
+
+    def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        self.gets += 1
+        return self.job
+
+
+def a_job(rv: str, phase: str) -> dict[str, Any]:
+    return {"metadata": {"name": "j", "namespace": "ns", "resourceVersion": rv},
+            "status": {"phase": phase}}  # fmt: skip
+
+
+def test_a_job_is_read_live_until_the_cache_has_seen_the_status_written() -> None:
+    api = JobApi()
+    caches = Caches(api, OperatorSettings(), lambda key: None, lambda: None)  # type: ignore[arg-type]
+    informer = Informer("jobs", lambda **_: None)
+    caches.jobs = [informer]
+    informer.synced.set()
+    api.job = a_job("1", "Queued")
+    assert caches.get_job("ns", "j") == api.job and api.gets == 1  # not in the cache yet
+    watch(informer, "ADDED", a_job("1", "Queued"))
+    assert caches.get_job("ns", "j")["status"]["phase"] == "Queued" and api.gets == 1
+    caches.wrote_job("ns", "j", "2")  # the reconcile wrote Starting
+    api.job = a_job("2", "Starting")
+    assert caches.get_job("ns", "j")["status"]["phase"] == "Starting" and api.gets == 2
+    watch(informer, "MODIFIED", a_job("2", "Starting"))
+    assert caches.get_job("ns", "j")["status"]["phase"] == "Starting" and api.gets == 2
+    # A write that failed may have happened: live until the cache reaches what a live
+    # read then showed.
+    caches.wrote_job("ns", "j", None)
+    api.job = a_job("3", "Running")
+    assert caches.get_job("ns", "j")["status"]["phase"] == "Running" and api.gets == 3
+    assert caches.get_job("ns", "j")["status"]["phase"] == "Running" and api.gets == 4
+    watch(informer, "MODIFIED", a_job("3", "Running"))
+    assert caches.get_job("ns", "j")["status"]["phase"] == "Running" and api.gets == 4
+    # The reconcile may build on what it read: the cache keeps its own copy.
+    caches.get_job("ns", "j")["status"]["phase"] = "scribbled"
+    assert informer.get("ns", "j")["status"]["phase"] == "Running"
