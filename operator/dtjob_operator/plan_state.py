@@ -111,13 +111,19 @@ class PlanState:
 
     def _pods_ready_deadline(self) -> datetime | None:
         """When the current gang must be all ready (under either admission: an external
-        queue manager's job can be just as stuck on an unpullable image)."""
+        queue manager's job can be just as stuck on an unpullable image).
+
+        Counted from its latest pod's creation: a gang is not created before its last pod
+        is. An operator killed halfway through a gang (or a leader replaced) creates the
+        rest when it is back, and the clock starts then, instead of releasing a gang that
+        never had all its pods. A member whose create keeps being refused adds no pod, so
+        such a gang still times out."""
         timeout = self.settings.pods_ready_timeout_seconds
         if timeout <= 0 or not self.gang:
             return None
         created = [parse_time(p["metadata"].get("creationTimestamp")) for p in self.gang]
         known = [c for c in created if c is not None]
-        return min(known) + timedelta(seconds=timeout) if known else None
+        return max(known) + timedelta(seconds=timeout) if known else None
 
     def _checkpoint_storage(self) -> StorageVerdict:
         """The CheckpointStorage condition; an event only when its reason changes."""

@@ -66,6 +66,24 @@ def test_gang_not_ready_in_time_is_released_and_requeued() -> None:
     assert [e.reason for e in p.events] == ["PodsReadyTimeout"]
 
 
+def test_the_timeout_counts_from_the_gangs_last_pod_not_its_first() -> None:
+    """An operator killed after the first pod of a gang (or a leader replaced) creates the
+    rest when it is back: that gang was not created before then, and is not released for
+    the time the operator was away."""
+    # What such an operator left: Admitted=True written first, the phase not yet.
+    admitted = cond(run(DDP, now=0), "Admitted")
+    cut_short = DDP.copy().with_full_status({"phase": "Queued", "conditions": [admitted]})
+    p = run(cut_short, pod(0, created=0, ready=True), now=70)  # worker-1 was never created
+    assert p.status["phase"] == "Starting"
+    assert [o["metadata"]["name"] for o in p.create if o["kind"] == "Pod"] == ["j-worker-1"]
+    assert p.delete_pods == [] and cond(p, "Admitted")["status"] == "True"
+    starting = cut_short.copy().with_full_status(p.status)
+    p = run(starting, pod(0, created=0, ready=True), pod(1, created=70), now=100)
+    assert p.status["phase"] == "Starting" and p.delete_pods == []
+    p = run(starting, pod(0, created=0, ready=True), pod(1, created=70), now=131)
+    assert p.status["phase"] == "Queued" and cond(p, "Admitted")["reason"] == "PodsReadyTimeout"
+
+
 def test_no_timeout_once_running_or_when_off() -> None:
     running = after(after(DDP, now=0), pod(0, ready=True), pod(1, ready=True), now=5)
     assert run(running, pod(0, ready=True), pod(1), now=500).status["phase"] == "Running"
