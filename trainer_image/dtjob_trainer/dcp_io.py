@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 
 _META = "torch.distributed.checkpoint.metadata"
@@ -73,13 +73,13 @@ def missing_shards(directory: Path) -> list[str]:
     return bad
 
 
-class SafeReader(dcp.FileSystemReader):
+class SafeReader(FileSystemReader):
     """DCP's file reader, with `.metadata` unpickled from an allow-list of classes."""
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
         """The checkpoint's metadata (see the module function)."""
         metadata = read_metadata(Path(self.path))
-        if getattr(metadata, "storage_meta", None) is None:  # as FileSystemReader does
-            metadata.storage_meta = StorageMeta()
-        metadata.storage_meta.load_id = self.load_id
+        storage_meta = metadata.storage_meta or StorageMeta()  # as FileSystemReader does
+        storage_meta.load_id = self.load_id
+        metadata.storage_meta = storage_meta
         return metadata

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint import CheckpointException
+from torch.distributed.checkpoint.api import CheckpointException
 
 from dtjob_trainer.console import Console
 from dtjob_trainer.context import RunContext, RunResult

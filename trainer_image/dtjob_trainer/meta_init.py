@@ -39,7 +39,7 @@ def materialize_sharded(
     model.to_empty(device=device)
     blocks = iter_blocks(cfg, dtype)
     for index, (sharded, built) in enumerate(zip(model, blocks, strict=True)):
-        params = dict(sharded.named_parameters())
+        params: dict[str, torch.Tensor] = dict(sharded.named_parameters())
         for name, value in built.named_parameters():
             param = params[name]
             if isinstance(param, DTensor):
@@ -54,6 +54,6 @@ def materialize_sharded(
             else:
                 param.copy_(value)
         buffers = dict(sharded.named_buffers())
-        for name, value in built.named_buffers():
-            buffers[name].copy_(value)
+        for name, buffer in built.named_buffers():
+            buffers[name].copy_(buffer)
         del built

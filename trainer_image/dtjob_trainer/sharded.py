@@ -32,9 +32,11 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
 from torch import nn
+from torch.distributed.checkpoint.filesystem import FileSystemWriter
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
+from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
 from dtjob_trainer.checkpoint import Checkpointer
 from dtjob_trainer.dcp_io import SafeReader
@@ -85,8 +87,8 @@ def save_sharded(
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
     dist.barrier(group=group)
-    metadata = dcp.save(
-        state.state_dict(), storage_writer=dcp.FileSystemWriter(staging), process_group=group
+    metadata = dcp_save(
+        state.state_dict(), storage_writer=FileSystemWriter(staging), process_group=group
     )
     missing: list[str] = []
     if rank == 0:
@@ -115,7 +117,7 @@ def load_sharded(state: ShardedState, path: Path, group: dist.ProcessGroup | Non
     by `Checkpointer.load_latest`). A read error raises CheckpointException on every rank
     alike (DCP gathers each rank's outcome)."""
     sd = state.state_dict()
-    dcp.load(sd, storage_reader=SafeReader(path), process_group=group)
+    dcp_load(sd, storage_reader=SafeReader(path), process_group=group)
     state.load(sd)
 
 
