@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from dtjob_trainer.dcp_io import missing_shards
+from dtjob_trainer.errors import ConfigError
 
 FORMAT_VERSION = 1
 SHARDED_FORMAT_VERSION = 2
@@ -59,6 +60,22 @@ class Checkpoint:
     """The full state (empty for a sharded checkpoint: its ranks read their shards)."""
     path: Path | None = None
     sharded: bool = False
+
+    def full_state(self, reader: str) -> dict[str, Any]:
+        """The full state, for a strategy (`reader`) that reads only full checkpoints;
+        ConfigError when this one is sharded."""
+        if self.sharded:
+            raise ConfigError(sharded_refusal(self.path.name if self.path else "?", reader))
+        return self.state
+
+
+def sharded_refusal(name: str, reader: str) -> str:
+    """Why `reader` cannot resume from the sharded checkpoint `name`, and what to do."""
+    return (
+        f"checkpoint.claimName: the latest checkpoint, {name}, is sharded (written by FSDP or "
+        f"CPUOffload) and {reader} reads only full checkpoints; resume with FSDP, CPUOffload "
+        "or DataParallel, or use an empty checkpoint directory"
+    )
 
 
 def _fsync_dir(path: Path) -> None:

@@ -30,11 +30,12 @@ import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.api import CheckpointException
 
+from dtjob_trainer.checkpoint import sharded_refusal
 from dtjob_trainer.console import Console
 from dtjob_trainer.context import RunContext, RunResult
 from dtjob_trainer.data import epoch_of
 from dtjob_trainer.dist import broadcast_object
-from dtjob_trainer.errors import ConfigError, Preempted, ReplicaMismatch
+from dtjob_trainer.errors import ConfigError, Preempted, ReplicaMismatch, TrainerError
 from dtjob_trainer.progress import utc_now
 from dtjob_trainer.sharded import ShardedState, load_sharded, save_sharded
 
@@ -118,39 +119,36 @@ def _verify(ctx: RunContext, t: Trainable, step: int) -> None:
 
 
 def _resume(ctx: RunContext, t: Trainable) -> int:
-    skip: list[str] = []
-    while True:
-        ckpt = ctx.checkpoints.load_latest(skip) if ctx.rank == 0 else None
-        found = ckpt and (ckpt.step, ckpt.path.name if ckpt.sharded and ckpt.path else None)
-        found = broadcast_object(found, group=t.sync_group)
-        if not found:
-            return 0
-        step, sharded_name = found
-        if ckpt is not None:
-            log.info(
-                "resuming from the checkpoint of step %d (strategy %s, %d processes)",
-                ckpt.step,
-                ckpt.strategy,
-                ckpt.world_size,
-            )
-        if sharded_name is None:
-            t.load_state_dict(ckpt.state if ckpt else None)
-            return int(step)
-        if t.sharded is None:
-            raise ConfigError(
-                f"checkpoint.claimName: the latest checkpoint, {sharded_name}, is sharded "
-                f"(written by FSDP or CPUOffload) and {t.name} cannot read sharded checkpoints; "
-                "resume with FSDP, CPUOffload or DataParallel, or use an empty checkpoint "
-                "directory"
-            )
-        try:
-            load_sharded(t.sharded, ctx.checkpoints.directory / sharded_name, t.sync_group)
-            return int(step)
-        except CheckpointException as exc:
-            # Raised on every rank alike (DCP gathers the ranks' outcomes): all fall back.
-            if ctx.rank == 0:
-                log.warning("skipping unreadable checkpoint %s: %s", sharded_name, exc)
-            skip.append(sharded_name)
+    ckpt = ctx.checkpoints.load_latest() if ctx.rank == 0 else None
+    found = ckpt and (ckpt.step, ckpt.path.name if ckpt.sharded and ckpt.path else None)
+    found = broadcast_object(found, group=t.sync_group)
+    if not found:
+        return 0
+    step, sharded_name = found
+    if ckpt is not None:
+        log.info(
+            "resuming from the checkpoint of step %d (strategy %s, %d processes)",
+            ckpt.step,
+            ckpt.strategy,
+            ckpt.world_size,
+        )
+    if sharded_name is None:
+        t.load_state_dict(ckpt.state if ckpt else None)
+        return int(step)
+    if t.sharded is None:
+        raise ConfigError(sharded_refusal(sharded_name, t.name))
+    try:
+        load_sharded(t.sharded, ctx.checkpoints.directory / sharded_name, t.sync_group)
+    except CheckpointException as exc:
+        # Rank 0 found every shard file whole before the read, and DCP reads straight into
+        # the live parameters: a failure now leaves them half-restored, so no fallback.
+        # DCP raises on every rank alike (it gathers the ranks' outcomes).
+        raise TrainerError(
+            f"could not read the sharded checkpoint {sharded_name} in "
+            f"{ctx.checkpoints.directory}: {str(exc).splitlines()[0]}; move it away to resume "
+            "from the one before"
+        ) from exc
+    return int(step)
 
 
 def run_loop(ctx: RunContext, t: Trainable) -> RunResult:

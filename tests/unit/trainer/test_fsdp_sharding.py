@@ -17,6 +17,7 @@ from unit.trainer.reference import assert_losses_close, assert_params_close, ref
 
 from dtjob_trainer.checkpoint import Checkpointer
 from dtjob_trainer.config import TrainerConfig
+from dtjob_trainer.errors import EXIT_CONFIG
 from dtjob_trainer.models import build_model
 
 # Row counts that do not divide by 3 ranks (5, 7, 10, and biases of 2 rows with the last
@@ -103,3 +104,13 @@ def test_checkpoint_of_4_processes_resumes_at_2(
     ref = reference_run(spec)
     assert_losses_close(out.result["losses"], ref.losses[6:], "fp64")
     assert_params_close(out.result["params"], ref.params, "fp64")
+
+
+def test_a_strategy_without_sharded_loading_refuses_clearly(
+    written_by_4: Path, tmp_path: Path
+) -> None:
+    spec = a_spec("Pipeline", workers=None, stages=2, steps=12)
+    shutil.copytree(written_by_4, tmp_path / "job-ckpt")
+    out = launch(spec, tmp_path)
+    assert out.rc == EXIT_CONFIG, out.output
+    assert "step-000000006, is sharded" in out.output and "Pipeline" in out.output

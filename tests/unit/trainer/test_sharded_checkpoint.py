@@ -173,3 +173,20 @@ def test_metadata_that_would_run_code_is_refused(written: tuple[Path, Any], tmp_
     loaded = Checkpointer(ckpt).load_latest()
     assert loaded is not None and loaded.step == 10
     assert not pwned.exists()
+
+
+def test_retention_counts_files_and_directories_alike(
+    written: tuple[Path, Any], tmp_path: Path
+) -> None:
+    ckpt = _two_checkpoints(written, tmp_path)
+    ck = Checkpointer(ckpt, keep=2)
+    shutil.copytree(ckpt / "step-000000010", ck.staging_dir(25))  # a save that died
+    ck.save(30, "DataParallel", 2, {"model": {"w": torch.zeros(2)}})
+    assert ck.steps() == [20, 30]
+    assert sorted(p.name for p in ckpt.iterdir()) == [LATEST, "step-000000020", "step-000000030.pt"]
+    loaded = ck.load_latest()
+    assert loaded is not None and not loaded.sharded and loaded.step == 30
+    # `latest` wins over a higher step only when it is whole; the next older one is used.
+    (ckpt / LATEST).write_text("step-000000020")
+    loaded = ck.load_latest()
+    assert loaded is not None and loaded.sharded and loaded.step == 20
