@@ -190,3 +190,29 @@ def test_retention_counts_files_and_directories_alike(
     (ckpt / LATEST).write_text("step-000000020")
     loaded = ck.load_latest()
     assert loaded is not None and loaded.sharded and loaded.step == 20
+
+
+def _save_to_own_directory(rank: int, world: int, root: str) -> Any:
+    """Rank body: each rank checkpoints into a directory of its own, as pods with an
+    emptyDir each would; returns what rank 0's save returned."""
+    from torch import nn
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    from dtjob_trainer.sharded import ShardedState, save_sharded
+
+    model = nn.Sequential(nn.Linear(4, 6, dtype=torch.float64))
+    fully_shard(model, mesh=init_device_mesh("cpu", (world,)))
+    state = ShardedState(model, torch.optim.Adam(model.parameters(), lr=0.1))
+    ck = Checkpointer(Path(root) / f"pod-{rank}")
+    return save_sharded(ck, state, 10, "FSDP", rank, world)
+
+
+def test_a_directory_not_shared_by_the_ranks_commits_nothing(tmp_path: Path) -> None:
+    root = tmp_path / "pods"
+    results = run_ranks(_save_to_own_directory, WORLD, str(root), workdir=tmp_path)
+    assert results == [None, None]
+    for rank in range(WORLD):
+        # Nothing committed, no `latest`, and each rank removed its own shards.
+        assert list((root / f"pod-{rank}").iterdir()) == []
+        assert Checkpointer(root / f"pod-{rank}").load_latest() is None
