@@ -2,8 +2,9 @@
 
 A strategy describes itself with a `Trainable` and calls `run_loop(ctx, trainable)`, which:
 
-1. resumes: rank 0 loads the latest checkpoint, the start step is broadcast over
-   `sync_group`, and `load_state_dict` (a collective of the strategy) restores the state;
+1. resumes: rank 0 finds the latest checkpoint, the start step is broadcast over
+   `sync_group`; a full checkpoint is restored by `load_state_dict` (a collective of the
+   strategy) from rank 0, a sharded one by every rank reading its shards (`sharded`);
 2. runs `step(s)` for s = start .. steps-1 after seeding the RNGs from (seed, s, rank);
 3. every `sync_every` steps (and at checkpoint steps and the end) all-reduces, in ONE
    collective over `sync_group`, the pending per-step losses and a stop flag. `step(s)`
@@ -12,7 +13,8 @@ A strategy describes itself with a `Trainable` and calls `run_loop(ctx, trainabl
 4. logs an interval line and reports progress every `logEverySteps`;
 5. checkpoints every `checkpoint.everySteps`, at the end, and when any rank saw SIGTERM
    (then raises `Preempted`, exit 143): `state_dict()` is a collective returning the full
-   state on rank 0, which must contain "model" (full parameters by name);
+   state on rank 0, which must contain "model" (full parameters by name); a strategy with
+   `save_sharded` writes a sharded checkpoint instead, every rank its own shards;
 6. evaluates held-out accuracy (`evaluate()`, a collective, result on rank 0).
 """
 
@@ -26,13 +28,16 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint.api import CheckpointException
 
+from dtjob_trainer.checkpoint import sharded_refusal
 from dtjob_trainer.console import Console
 from dtjob_trainer.context import RunContext, RunResult
 from dtjob_trainer.data import epoch_of
 from dtjob_trainer.dist import broadcast_object
-from dtjob_trainer.errors import Preempted, ReplicaMismatch
+from dtjob_trainer.errors import ConfigError, Preempted, ReplicaMismatch, TrainerError
 from dtjob_trainer.progress import utc_now
+from dtjob_trainer.sharded import ShardedState, load_sharded, save_sharded
 
 # Upper bound on steps between stop-flag checks: SIGTERM is honoured within this many
 # steps even when the log interval is long, while one small collective per 10 steps costs
@@ -63,6 +68,11 @@ class Trainable:
     """Ranks whose `replica()` must be identical (None: all ranks)."""
     sync_group: dist.ProcessGroup | None = None
     """Ranks running this loop in lock-step (None: all ranks). Must contain rank 0."""
+    sharded: ShardedState | None = None
+    """The model and optimizer as torch.distributed.checkpoint reads them: lets the
+    strategy resume from sharded checkpoints (whatever process count wrote them)."""
+    save_sharded: bool = False
+    """Write sharded checkpoints (every rank its shards) instead of full ones."""
 
 
 @dataclass
@@ -110,17 +120,35 @@ def _verify(ctx: RunContext, t: Trainable, step: int) -> None:
 
 def _resume(ctx: RunContext, t: Trainable) -> int:
     ckpt = ctx.checkpoints.load_latest() if ctx.rank == 0 else None
-    start = int(broadcast_object(ckpt.step if ckpt else 0, group=t.sync_group))
-    if start > 0:
-        if ckpt is not None:
-            log.info(
-                "resuming from the checkpoint of step %d (strategy %s, %d processes)",
-                ckpt.step,
-                ckpt.strategy,
-                ckpt.world_size,
-            )
+    found = ckpt and (ckpt.step, ckpt.path.name if ckpt.sharded and ckpt.path else None)
+    found = broadcast_object(found, group=t.sync_group)
+    if not found:
+        return 0
+    step, sharded_name = found
+    if ckpt is not None:
+        log.info(
+            "resuming from the checkpoint of step %d (strategy %s, %d processes)",
+            ckpt.step,
+            ckpt.strategy,
+            ckpt.world_size,
+        )
+    if sharded_name is None:
         t.load_state_dict(ckpt.state if ckpt else None)
-    return start
+        return int(step)
+    if t.sharded is None:
+        raise ConfigError(sharded_refusal(sharded_name, t.name))
+    try:
+        load_sharded(t.sharded, ctx.checkpoints.directory / sharded_name, t.sync_group)
+    except CheckpointException as exc:
+        # Rank 0 found every shard file whole before the read, and DCP reads straight into
+        # the live parameters: a failure now leaves them half-restored, so no fallback.
+        # DCP raises on every rank alike (it gathers the ranks' outcomes).
+        raise TrainerError(
+            f"could not read the sharded checkpoint {sharded_name} in "
+            f"{ctx.checkpoints.directory}: {str(exc).splitlines()[0]}; move it away to resume "
+            "from the one before"
+        ) from exc
+    return int(step)
 
 
 def run_loop(ctx: RunContext, t: Trainable) -> RunResult:
@@ -167,12 +195,13 @@ def run_loop(ctx: RunContext, t: Trainable) -> RunResult:
         if due_ckpt or stop:
             result.train_seconds += time.perf_counter() - timer
             result.train_cpu_seconds += time.process_time() - cpu_timer
-            state = _checkpoint(ctx, t, step)
+            state, written = _checkpoint(ctx, t, step)
             timer, cpu_timer = time.perf_counter(), time.process_time()
             last_ckpt = step
-            ctx.reporter.update(
-                force=True, lastCheckpointStep=last_ckpt, lastCheckpointTime=utc_now()
-            )
+            if written:
+                ctx.reporter.update(
+                    force=True, lastCheckpointStep=last_ckpt, lastCheckpointTime=utc_now()
+                )
         if stop:
             raise Preempted(f"stopped by SIGTERM after step {step}; checkpoint written")
 
@@ -180,10 +209,15 @@ def run_loop(ctx: RunContext, t: Trainable) -> RunResult:
         result.peak_device_bytes = int(torch.cuda.max_memory_allocated(ctx.device))
     result.final_loss = result.losses[-1] if result.losses else None
     result.accuracy = t.evaluate()
-    if last_ckpt != step or step == start:  # the final state has not been gathered yet
+    if t.save_sharded:
+        # Nothing was gathered: the full parameters are gathered for the result file only
+        # (the option is the same on every rank, so all join the collective or none).
+        if ctx.options.result_file:
+            state = t.state_dict()
+    elif last_ckpt != step or step == start:  # the final state has not been gathered yet
         state = t.state_dict()
-    if ctx.rank == 0 and state is not None:
-        result.params = state["model"]
+    if ctx.rank == 0:
+        result.params = state["model"] if state is not None else None
         console.message(
             f"finished {step} steps with {t.name}: loss {result.final_loss} "
             f"held-out accuracy {result.accuracy}"
@@ -192,10 +226,19 @@ def run_loop(ctx: RunContext, t: Trainable) -> RunResult:
     return result
 
 
-def _checkpoint(ctx: RunContext, t: Trainable, step: int) -> dict[str, Any] | None:
+def _checkpoint(ctx: RunContext, t: Trainable, step: int) -> tuple[dict[str, Any] | None, bool]:
+    """The full state if one was gathered, and whether (on rank 0) a checkpoint was kept."""
+    if t.save_sharded:
+        assert t.sharded is not None, "save_sharded needs the sharded state"
+        path = save_sharded(
+            ctx.checkpoints, t.sharded, step, t.name, ctx.rank, ctx.world_size, t.sync_group
+        )
+        if path is not None:
+            log.info("sharded checkpoint of step %d written to %s", step, path)
+        return None, path is not None
     state = t.state_dict()
     if ctx.rank == 0:
         assert state is not None, "state_dict() must return the state on rank 0"
         path = ctx.checkpoints.save(step, t.name, ctx.world_size, state)
         log.info("checkpoint of step %d written to %s", step, path)
-    return state
+    return state, True

@@ -60,6 +60,13 @@ def _child(
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+    # Done and the result saved: leave without interpreter teardown, as the trainer's
+    # processes do (runner._exit_now). After torch.distributed.checkpoint has run, the
+    # teardown sometimes aborts in a C++ destructor ("terminate called without an active
+    # exception"), which would fail a rank that had finished its work.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def run_ranks(fn: Callable[..., Any], world: int, *args: Any, workdir: Path) -> list[Any]:

@@ -1,7 +1,9 @@
 """Checkpoints are loaded with `torch.load(weights_only=True)` (no pickled code runs from a
 checkpoint volume): every strategy's state must consist of tensors and plain containers, or
 its checkpoints would be skipped as unreadable and a restarted job would start over. Each
-CPU example runs a few steps with a checkpoint at the end, and the loader must read it."""
+CPU example runs a few steps with a checkpoint at the end, and the loader must read it.
+Sharded checkpoints (FSDP, CPUOffload) are read whole through the same safe DCP reader the
+ranks use."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import yaml
 from unit.trainer.harness import launch
 
 from dtjob_trainer.checkpoint import Checkpointer
+from dtjob_trainer.sharded import read_full
 
 EXAMPLES = sorted((Path(__file__).parents[3] / "examples" / "cpu").glob("*.yaml"))
 STEPS = 4
@@ -39,4 +42,10 @@ def test_every_strategys_checkpoint_loads_with_weights_only(example: Path, tmp_p
     for directory in servers or [outcome.checkpoint_dir]:
         loaded = Checkpointer(directory).load_latest()
         assert loaded is not None, (directory, outcome.output[-3000:])
-        assert loaded.state and (loaded.step > 0 if servers else loaded.step == STEPS)
+        assert loaded.step > 0 if servers else loaded.step == STEPS
+        if loaded.sharded:
+            assert loaded.path is not None
+            state = read_full(loaded.path)
+            assert state["model"] and "optimizer" in state, sorted(state)
+        else:
+            assert loaded.state

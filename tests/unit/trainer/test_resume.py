@@ -1,6 +1,7 @@
 """Acceptance: a run stopped by SIGTERM checkpoints and exits 143; restarted, it resumes
 from that checkpoint and ends exactly where an uninterrupted run ends (data order is a
-function of (seed, step), optimizer state is restored)."""
+function of (seed, step), optimizer state is restored). DataParallel writes full
+checkpoints, FSDP and CPUOffload sharded ones (a directory of every rank's shards)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ from dtjob_trainer.errors import EXIT_PREEMPTED
 
 # Enough steps after the first checkpoint (step 10) for SIGTERM to land before the end even
 # on a fast machine; FSDP's steps are several collectives each, so it needs fewer.
-@pytest.mark.parametrize(("strategy", "steps"), [("DataParallel", 200), ("FSDP", 80)])
+@pytest.mark.parametrize(
+    ("strategy", "steps"), [("DataParallel", 200), ("FSDP", 80), ("CPUOffload", 80)]
+)
 def test_sigterm_then_resume_equals_uninterrupted(
     strategy: str, steps: int, tmp_path: Path
 ) -> None:
@@ -39,7 +42,9 @@ def test_sigterm_then_resume_equals_uninterrupted(
     assert "SIGTERM" in stopped_run.output
     stopped_at = Checkpointer(ckpt).steps()[-1]
     assert 0 < stopped_at < steps
-    assert (ckpt / LATEST).read_text() == Checkpointer.file_name(stopped_at)
+    name = Checkpointer.file_name if strategy == "DataParallel" else Checkpointer.dir_name
+    assert (ckpt / LATEST).read_text() == name(stopped_at)
+    assert (ckpt / name(stopped_at)).is_dir() == (strategy != "DataParallel")
 
     resumed = launch(spec, tmp_path)
     assert resumed.rc == 0, resumed.output

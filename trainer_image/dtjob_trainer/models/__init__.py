@@ -9,6 +9,7 @@ in every process, with or without distribution.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -21,6 +22,7 @@ from dtjob_trainer.models.mlp import build_mlp
 
 __all__ = [
     "build_model",
+    "iter_blocks",
     "loss_fn",
     "model_parameter_count",
     "split_into_stages",
@@ -28,7 +30,7 @@ __all__ = [
 ]
 
 
-def _blocks(m: ModelConfig) -> list[nn.Module]:
+def _blocks(m: ModelConfig) -> Iterable[nn.Module]:
     if m.type == ModelType.MLP:
         return build_mlp(m.hidden_sizes)
     if m.type == ModelType.CNN:
@@ -36,12 +38,26 @@ def _blocks(m: ModelConfig) -> list[nn.Module]:
     return build_gpt(m.layers, m.d_model, m.heads, m.seq_len, m.vocab_size)
 
 
-def build_model(cfg: TrainerConfig, dtype: torch.dtype = torch.float32) -> nn.Sequential:
-    """The configured model on the CPU, initialised from trainer.seed, in `dtype`."""
+def iter_blocks(cfg: TrainerConfig, dtype: torch.dtype = torch.float32) -> Iterator[nn.Module]:
+    """The configured model's blocks on the CPU, in `dtype`, built one at a time from
+    trainer.seed: the same values as `build_model`'s blocks, while at most one block exists
+    (unless the caller keeps them). The RNG stream is torch's global one, forked, so
+    nothing else may draw from it while the iterator is alive."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.trainer.seed)
-        model = nn.Sequential(*_blocks(cfg.trainer.model))
-    return model.to(dtype)
+        for block in _blocks(cfg.trainer.model):
+            yield block.to(dtype)
+
+
+def build_model(
+    cfg: TrainerConfig, dtype: torch.dtype = torch.float32, meta: bool = False
+) -> nn.Sequential:
+    """The configured model on the CPU, initialised from trainer.seed, in `dtype`; with
+    `meta`, on the meta device (shapes only, no memory, no initialisation)."""
+    if meta:
+        with torch.device("meta"):
+            return nn.Sequential(*_blocks(cfg.trainer.model)).to(dtype)
+    return nn.Sequential(*iter_blocks(cfg, dtype))
 
 
 def stage_bounds(blocks: int, stages: int) -> list[tuple[int, int]]:

@@ -4,6 +4,8 @@ tiny (CI) to about 1B parameters (layers=24, dModel=2048). No dropout: runs are 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -62,12 +64,15 @@ class Head(nn.Module):
         return out
 
 
-def build_gpt(layers: int, d_model: int, heads: int, seq_len: int, vocab: int) -> list[nn.Module]:
-    """The decoder's blocks, in order."""
-    blocks: list[nn.Module] = [Embedding(vocab, seq_len, d_model)]
-    blocks += [Block(d_model, heads) for _ in range(layers)]
-    blocks.append(Head(d_model, vocab))
-    return blocks
+def build_gpt(
+    layers: int, d_model: int, heads: int, seq_len: int, vocab: int
+) -> Iterator[nn.Module]:
+    """The decoder's blocks, in order, each built (and initialised) only when it is reached:
+    sharded materialisation holds one full block at a time, never the whole model."""
+    yield Embedding(vocab, seq_len, d_model)
+    for _ in range(layers):
+        yield Block(d_model, heads)
+    yield Head(d_model, vocab)
 
 
 def gpt_parameter_count(layers: int, d_model: int, seq_len: int, vocab: int) -> int:

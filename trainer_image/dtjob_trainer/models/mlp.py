@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from torch import nn
 
@@ -12,12 +12,10 @@ DIGITS_FEATURES = 64
 DIGITS_CLASSES = 10
 
 
-def build_mlp(hidden_sizes: Sequence[int]) -> list[nn.Module]:
-    """The MLP's blocks, in order."""
-    blocks: list[nn.Module] = []
+def build_mlp(hidden_sizes: Sequence[int]) -> Iterator[nn.Module]:
+    """The MLP's blocks, in order, each built (and initialised) only when it is reached."""
     width = DIGITS_FEATURES
     for hidden in hidden_sizes:
-        blocks.append(nn.Sequential(nn.Linear(width, hidden), nn.ReLU()))
+        yield nn.Sequential(nn.Linear(width, hidden), nn.ReLU())
         width = hidden
-    blocks.append(nn.Linear(width, DIGITS_CLASSES))
-    return blocks
+    yield nn.Linear(width, DIGITS_CLASSES)

@@ -158,7 +158,7 @@ def _restore_shard(
     ckpt = checkpoints.load_latest()
     if ckpt is None:
         return 0
-    saved = ckpt.state
+    saved = ckpt.full_state("a parameter server")
     if tuple(saved["bounds"]) != bounds:
         raise ConfigError(
             f"roles.ps: the checkpoint in {checkpoints.directory} holds parameters "

@@ -12,6 +12,7 @@ from dtjob_trainer.dist import flat_parameters
 from dtjob_trainer.evaluate import final_accuracy
 from dtjob_trainer.loop import Trainable, run_loop
 from dtjob_trainer.optim import build_optimizer
+from dtjob_trainer.sharded import ShardedState
 from dtjob_trainer.state import gather_full_state, load_full_state
 from dtjob_trainer.strategies.common import shard_forward_backward
 
@@ -39,6 +40,9 @@ def run(ctx: RunContext) -> RunResult:
             step=step,
             state_dict=lambda: gather_full_state(ddp, optimizer, ctx.rank),
             load_state_dict=lambda state: load_full_state(ddp, optimizer, state),
+            # Full checkpoints, but it also resumes from FSDP's sharded ones (each rank
+            # reads whole tensors), e.g. when Auto picks another strategy after a resize.
+            sharded=ShardedState(ddp, optimizer),
             evaluate=lambda: final_accuracy(model, ctx) if ctx.rank == 0 else None,
             samples_per_step=ctx.cfg.trainer.batch_size,
             replica=lambda: flat_parameters(model),

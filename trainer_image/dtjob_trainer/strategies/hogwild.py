@@ -286,7 +286,7 @@ class LocalCheckpoints:
         ckpt = self.ctx.checkpoints.load_latest()
         if ckpt is None:
             return 0
-        self.model.load_state_dict(ckpt.state["model"])
+        self.model.load_state_dict(ckpt.full_state(self.name)["model"])
         log.info("resuming Hogwild from the checkpoint of step %d", ckpt.step)
         self.last = ckpt.step
         return ckpt.step
