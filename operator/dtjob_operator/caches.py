@@ -145,7 +145,10 @@ class Caches:
             "page_size": settings.api_list_page_size,
             "watch_seconds": WATCH_SECONDS,
             "connect_timeout": settings.api_connect_timeout_seconds,
-            "silence_timeout": settings.watch_inactivity_seconds,
+            # The API server ends each watch after WATCH_SECONDS, and sends bookmarks more
+            # rarely than that on a quiet selected watch: silence past the end is a
+            # half-open connection.
+            "silence_timeout": WATCH_SECONDS + 30,
         }
         owned: dict[str, Any] = {
             **common, "index_label": LABEL_JOB_NAME, "on_change": owned_changed,

@@ -25,6 +25,7 @@ from typing import Any, cast
 
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
+from urllib3.exceptions import ReadTimeoutError
 
 from dtjob_operator.k8s import Obj
 
@@ -68,7 +69,7 @@ class Informer:
         page_size: int = 500,
         watch_seconds: int = 300,
         connect_timeout: float = 5.0,
-        silence_timeout: float = 70.0,
+        silence_timeout: float = 330.0,
         **selectors: Any,
     ) -> None:
         self.name = name
@@ -141,6 +142,10 @@ class Informer:
             except ResourceExpired:
                 log.info("informer %s: resourceVersion expired; listing again", self.name)
                 self._rv = None
+            except ReadTimeoutError:
+                # A watch silent for silence_timeout (no event, no bookmark): re-opened
+                # from where it was, the same as one the API server ended.
+                log.debug("informer %s: watch silent; re-opening it", self.name)
             except Exception as exc:  # an informer must outlive any failure
                 if self._stop.is_set():
                     return
@@ -203,8 +208,8 @@ class Informer:
             allow_watch_bookmarks=True,
             timeout_seconds=self._watch_seconds,
             _preload_content=False,
-            # The API server sends a bookmark about every minute on a healthy watch: a longer
-            # silence is a half-open connection, which the read timeout ends.
+            # The API server ends the watch after timeout_seconds: a silence longer than
+            # that is a half-open connection, which the read timeout ends.
             _request_timeout=(self._connect_timeout, self._silence_timeout),
         )
         self._response = resp
