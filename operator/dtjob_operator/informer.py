@@ -126,8 +126,9 @@ class Informer:
         self._stop.set()
         resp = self._response
         if resp is not None:  # unblocks a watch waiting for its next line
-            with contextlib.suppress(Exception):  # a dead connection may fail to close
-                resp.close()
+            # shutdown(), not close(): close() waits for the lock the reading thread holds.
+            with contextlib.suppress(Exception):
+                resp.shutdown()
         if self._thread is not None:
             self._thread.join(timeout=2)  # a daemon thread: never hold up a shutdown
 
