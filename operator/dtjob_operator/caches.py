@@ -122,6 +122,7 @@ class Caches:
         self.priority_classes: Informer | None = None
         self._unsettled: set[str] = set()
         self._written_jobs: dict[JobKey, str | None] = {}
+        self._current_uids: dict[JobKey, str | None] = {}
         self._lock = threading.Lock()
         self.live_pod_lists = 0
         """Pod lists that went to the API server (unsettled jobs, caches not synced yet)."""
@@ -136,6 +137,11 @@ class Caches:
             job = (meta.get("labels") or {}).get(LABEL_JOB_NAME)
             if job and meta.get("namespace"):
                 self.on_job_child((meta["namespace"], job))
+
+        def job_changed(_kind: str, obj: Obj) -> None:
+            meta = obj.get("metadata") or {}
+            if meta.get("namespace") and meta.get("name"):
+                self.on_job_child((meta["namespace"], meta["name"]))
 
         def capacity_changed(kind: str, _obj: Obj) -> None:
             if kind in ("ADDED", "DELETED"):  # capacity came or went
@@ -165,7 +171,12 @@ class Caches:
             if namespaces
             else partial(self.api.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL)
         )
-        self.jobs = [Informer("jobs", jobs_call, trim=trim_owned, **common, **s) for s in scopes]
+        # kopf's watch of the jobs wakes their reconciles; this one does too, for a reconcile
+        # that read the cache a moment before it caught up with a change of the job.
+        self.jobs = [
+            Informer("jobs", jobs_call, trim=trim_owned, on_change=job_changed, **common, **s)
+            for s in scopes
+        ]
         self.job_pods = [Informer("job-pods", pods_call, **owned, **s) for s in scopes]
         self.job_config_maps = [Informer("job-configmaps", cms_call, **owned, **s) for s in scopes]
         # A pod that finishes or goes leaves this set (DELETED): room freed, a pass may admit.
@@ -212,10 +223,12 @@ class Caches:
         cached = informer.get(namespace, name) if informer and informer.synced.is_set() else None
         if cached is not None:
             with self._lock:
-                settled = key not in self._written_jobs
-                if not settled and _rv_of(cached) == self._written_jobs[key]:
-                    del self._written_jobs[key]  # the cache has seen our last write
-                    settled = True
+                written = self._written_jobs.get(key, _rv_of(cached))
+                if written == _rv_of(cached):
+                    self._written_jobs.pop(key, None)  # the cache has seen our last write
+                # Deleted, or another incarnation since, per kopf's watch: not this one.
+                current = self._current_uids.get(key, _uid_of(cached))
+                settled = written == _rv_of(cached) and current == _uid_of(cached)
             if settled:
                 return copy.deepcopy(cached)
         self.live_job_gets += 1
@@ -224,6 +237,12 @@ class Caches:
             if key in self._written_jobs:  # what the cache must reach (a failed write: unknown)
                 self._written_jobs[key] = _rv_of(live) if live is not None else None
         return live
+
+    def saw_job(self, namespace: str, name: str, uid: str | None) -> None:
+        """Another watch (kopf's) saw the job named so with this uid (None: deleted). Until
+        the cache holds that incarnation, the job is read from the API server."""
+        with self._lock:
+            self._current_uids[(namespace, name)] = uid
 
     def wrote_job(self, namespace: str, name: str, resource_version: str | None) -> None:
         """The reconcile wrote the job's status, which is at `resource_version` now."""
@@ -241,6 +260,8 @@ class Caches:
         with self._lock:
             self._unsettled.discard(uid or "")
             self._written_jobs.pop(key, None)
+            if self._current_uids.get(key) is None:  # deleted: forget the name
+                self._current_uids.pop(key, None)
 
     def job_pods_of(self, namespace: str, job_name: str, uid: str) -> list[Obj]:
         informer = self._scope(self.job_pods, namespace)
@@ -280,6 +301,11 @@ class Caches:
     def _scope(self, informers: list[Informer], namespace: str) -> Informer | None:
         """The informer that watches `namespace` (None: the operator does not)."""
         return next((i for i in informers if i.namespace in (None, namespace)), None)
+
+
+def _uid_of(obj: Obj) -> str | None:
+    uid = (obj.get("metadata") or {}).get("uid")
+    return str(uid) if uid else None
 
 
 def _rv_of(obj: Obj) -> str | None:

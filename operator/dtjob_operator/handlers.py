@@ -98,8 +98,13 @@ def register(
         return kopf.login_via_client(**kwargs)
 
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
-    def on_job_event(namespace: str | None, name: str, **_: Any) -> None:
+    def on_job_event(
+        namespace: str | None, name: str, uid: str | None, type: str | None, **_: Any
+    ) -> None:
         if namespace:
+            # The job cache's watch may be a moment behind this one: which incarnation of
+            # the name is current, so that the reconcile never acts on a deleted one.
+            reconciler.caches.saw_job(namespace, name, None if type == "DELETED" else uid)
             reconciler.queue.add((namespace, name))
 
     if settings.informers:

@@ -184,3 +184,29 @@ def test_a_job_is_read_live_until_the_cache_has_seen_the_status_written() -> Non
     # The reconcile may build on what it read: the cache keeps its own copy.
     caches.get_job("ns", "j")["status"]["phase"] = "scribbled"
     assert informer.get("ns", "j")["status"]["phase"] == "Running"
+
+
+def test_a_job_deleted_or_recreated_under_the_same_name_is_never_read_stale() -> None:
+    """kopf's watch can be a moment ahead of the cache's: the incarnation it saw wins."""
+    api = JobApi()
+    caches = Caches(api, OperatorSettings(), lambda key: None, lambda: None)  # type: ignore[arg-type]
+    informer = Informer("jobs", lambda **_: None)
+    caches.jobs = [informer]
+    informer.synced.set()
+    old = a_job("1", "Running")
+    old["metadata"]["uid"] = "old"
+    watch(informer, "ADDED", old)
+    caches.saw_job("ns", "j", "old")
+    assert caches.get_job("ns", "j")["metadata"]["uid"] == "old" and api.gets == 0
+    caches.saw_job("ns", "j", None)  # deleted, the cache not told yet
+    api.job = None
+    assert caches.get_job("ns", "j") is None and api.gets == 1
+    caches.forget("old", ("ns", "j"))
+    new = a_job("5", "Queued")
+    new["metadata"]["uid"] = "new"
+    caches.saw_job("ns", "j", "new")  # created again, the cache still holds the old one
+    api.job = new
+    assert caches.get_job("ns", "j")["metadata"]["uid"] == "new" and api.gets == 2
+    watch(informer, "DELETED", old)
+    watch(informer, "ADDED", new)
+    assert caches.get_job("ns", "j")["metadata"]["uid"] == "new" and api.gets == 2
