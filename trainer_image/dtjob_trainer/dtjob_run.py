@@ -43,6 +43,8 @@ from typing import IO, Any
 
 ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# How long to read the launcher's stderr after it exited (see run()).
+PUMP_DRAIN_SECONDS = 5.0
 TAIL_LINES = 200  # torchrun's summary is the last ~30 lines of its stderr
 MESSAGE_LIMIT = 1024  # the kubelet keeps 4096 bytes of a termination message
 
@@ -171,7 +173,10 @@ def run(command: Sequence[str]) -> int:
         pump = threading.Thread(target=_pump, args=(proc.stderr, tail), daemon=True)
         pump.start()
         returncode = proc.wait()
-        pump.join()
+        # Workers the launcher left behind (torchrun stopped by a signal at the wrong
+        # moment can orphan them) hold its stderr open: its own lines are in by now, and
+        # the container's end takes the orphans with it.
+        pump.join(timeout=PUMP_DRAIN_SECONDS)
         if returncode == 0:
             return 0
         failure = resolve(error_file, "".join(tail))

@@ -3,6 +3,7 @@ launcher, and the error file it leaves is what the operator's failure policy rea
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -54,7 +55,13 @@ def dtjob_run(tmp_path: Path, *child_args: str) -> subprocess.Popen[bytes]:
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        start_new_session=True,  # its process group: what it leaves behind is killed after
     )
+
+
+def kill_leftovers(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def test_child_exit_code_survives_torchrun(tmp_path: Path) -> None:
@@ -78,7 +85,12 @@ def test_sigterm_reaches_torchrun_and_exits_143(tmp_path: Path) -> None:
     while b"started" not in proc.stdout.readline():
         assert time.monotonic() < deadline and proc.poll() is None
     proc.send_signal(signal.SIGTERM)
-    proc.communicate(timeout=60)
+    try:
+        # Not communicate(): workers torchrun orphans when the signal comes at the wrong
+        # moment keep the pipes open; dtjob-run must exit all the same.
+        proc.wait(timeout=60)
+    finally:
+        kill_leftovers(proc)
     assert proc.returncode == 143
     assert child_exit((tmp_path / "termination-log").read_text()).exit_code == 143  # type: ignore[union-attr]
 
