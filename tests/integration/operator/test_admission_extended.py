@@ -139,6 +139,15 @@ def gpu_pool(cluster) -> Iterator[tuple[str, list[str]]]:  # type: ignore[no-unt
         cluster.core.delete_node(name)
 
 
+def pod_of(core: client.CoreV1Api, ns: str, name: str) -> client.V1Pod | None:
+    try:
+        return core.read_namespaced_pod(name, ns)
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
 @pytest.mark.usefixtures("admission_operator")
 def test_a_restarted_gang_that_no_longer_fits_waits_in_the_queue_not_in_pending_pods(
     cluster, namespace, gpu_pool
@@ -158,6 +167,13 @@ def test_a_restarted_gang_that_no_longer_fits_waits_in_the_queue_not_in_pending_
     core.patch_node(nodes[1], {"spec": {"unschedulable": True}})
     failed_at = time.monotonic()
     exit_pod(core, namespace, "refit-worker-1", 137)
+    # The fake kubelet (KWOK) makes the container exit; on a loaded CI machine it was once
+    # seen not to within 30 s. Its part is awaited apart, so a failure says whose it was.
+    wait_for(
+        lambda: (p := pod_of(core, namespace, "refit-worker-1")) is None
+        or p.status.phase == "Failed",
+        90, what="the fake kubelet to fail refit-worker-1 (exit 137)",
+    )  # fmt: skip
     # The release is said in a Warning event; the next pass then gives the queue's verdict
     # (position and numbers) in the condition.
     [event] = wait_for(
