@@ -88,6 +88,7 @@ from dtjob_operator.policies.create_errors import CreateError
 from dtjob_operator.policies.deadline import deadline_exceeded
 from dtjob_operator.policies.failure_policy import gang_failures
 from dtjob_operator.policies.finished import finished_actions, lenient_run_policy, unfinished
+from dtjob_operator.policies.peer_lost import peer_lost_wait
 from dtjob_operator.policies.pod_failure_policy import GangVerdict, judge_gang
 from dtjob_operator.policies.pods import (
     gang_of,
@@ -174,7 +175,10 @@ class _Planner(PlanState):
             self._lost_with_node(),
         )
         if verdict is not None:
-            return self._on_failure(verdict, run_policy)
+            wait = peer_lost_wait(verdict.verdict.failure, self.gang, self.now)
+            if wait is None:
+                return self._on_failure(verdict, run_policy)
+            self.requeue.append(wait)  # a lost peer alone: its cause is still on its way out
         success = judge_success(self.spec, self.gang)
         if success is not None:
             return self._succeed(success)
