@@ -124,10 +124,6 @@ class Caches:
         self._written_jobs: dict[JobKey, str | None] = {}
         self._current_uids: dict[JobKey, str | None] = {}
         self._lock = threading.Lock()
-        self.live_pod_lists = 0
-        """Pod lists that went to the API server (unsettled jobs, caches not synced yet)."""
-        self.live_job_gets = 0
-        """Job reads that went to the API server."""
 
     def _build(self) -> None:
         core, settings, namespaces = self.api.core, self.settings, self.settings.namespaces
@@ -231,7 +227,6 @@ class Caches:
                 settled = written == _rv_of(cached) and current == _uid_of(cached)
             if settled:
                 return copy.deepcopy(cached)
-        self.live_job_gets += 1
         live = self.api.get_job(namespace, name)
         with self._lock:
             if key in self._written_jobs:  # what the cache must reach (a failed write: unknown)
@@ -269,7 +264,6 @@ class Caches:
             unsettled = uid in self._unsettled
         if informer is None or not informer.synced.is_set() or unsettled:
             live = self.api.list_pods(namespace, job_name)
-            self.live_pod_lists += 1
             if informer is not None and unsettled and _same(live, informer.indexed(
                 namespace, job_name
             )):  # fmt: skip

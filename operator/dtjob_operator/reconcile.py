@@ -37,7 +37,6 @@ from dtjob_operator.constants import (
     REASON_INVALID_SPEC,
     REASON_PODS_READY_TIMEOUT,
     REASON_RECONCILE_ERROR,
-    STATUS_TRUE,
 )
 from dtjob_operator.health import Heartbeats
 from dtjob_operator.k8s import KubeApi, NotLeaderError, Obj, is_transport_error
@@ -50,6 +49,7 @@ from dtjob_operator.policies.times import parse_time
 from dtjob_operator.policies.too_deep import too_deep_message, too_deep_path, too_deep_status
 from dtjob_operator.policies.waiting import pods_to_ask
 from dtjob_operator.settings import OperatorSettings
+from dtjob_operator.status import admitted_condition, admitted_in, status_patch
 from dtjob_operator.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
@@ -109,36 +109,6 @@ def next_look(requeue_after: float | None, reads_unwatched: bool, resync: float)
     if reads_unwatched and requeue_after is not None:
         return min(requeue_after, resync)
     return requeue_after
-
-
-def _admitted(status: dict[str, Any]) -> bool:
-    return any(
-        c.get("type") == CONDITION_ADMITTED and c.get("status") == STATUS_TRUE
-        for c in status.get("conditions") or []
-    )
-
-
-def _admitted_message(status: dict[str, Any]) -> str:
-    for c in status.get("conditions") or []:
-        if c.get("type") == CONDITION_ADMITTED:
-            return str(c.get("message") or "")
-    return ""
-
-
-def _admitted_reason(status: dict[str, Any]) -> str | None:
-    for c in status.get("conditions") or []:
-        if c.get("type") == CONDITION_ADMITTED:
-            return str(c.get("reason"))
-    return None
-
-
-def status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
-    """A merge patch that turns `old` into `new` (keys only in `old` are set to None)."""
-    patch: dict[str, Any] = dict(new)
-    for key in old:
-        if key not in new:
-            patch[key] = None
-    return patch
 
 
 class Reconciler:
@@ -396,7 +366,7 @@ class Reconciler:
         re-derives, and creates the rest of the gang; never a Queued job holding a partial
         gang. Returns the status as now stored."""
         creates_pods = any(obj["kind"] == "Pod" for obj in plan.create)
-        if not creates_pods or _admitted(old) or not _admitted(plan.status):
+        if not creates_pods or admitted_in(old) or not admitted_in(plan.status):
             return old
         conditions = plan.status.get("conditions") or []
         admitted = [c for c in conditions if c.get("type") == CONDITION_ADMITTED]
@@ -471,19 +441,19 @@ class Reconciler:
         if self.admission is None:
             return
         uid = job["metadata"]["uid"]
-        was, now = _admitted(old), _admitted(new)
+        was, now = admitted_in(old), admitted_in(new)
         if was and not now:
             meta = job["metadata"]
             log.info("admission of %s/%s withdrawn (%s, phase %s -> %s): %s", meta["namespace"],
-                     meta["name"], _admitted_reason(new), old.get("phase"), new.get("phase"),
-                     _admitted_message(new))  # fmt: skip
+                     meta["name"], admitted_condition(new).get("reason"), old.get("phase"),
+                     new.get("phase"), admitted_condition(new).get("message", ""))  # fmt: skip
         if (was and not now) or new.get("phase") in TERMINAL_PHASES:
             self.book.forget(uid)
         if now and not was:
             self._announce_admission(job, old)
         if (
-            _admitted_reason(new) == REASON_PODS_READY_TIMEOUT
-            and _admitted_reason(old) != REASON_PODS_READY_TIMEOUT
+            admitted_condition(new).get("reason") == REASON_PODS_READY_TIMEOUT
+            and admitted_condition(old).get("reason") != REASON_PODS_READY_TIMEOUT
         ):
             self.metrics.pods_ready_timeouts.labels(namespace=job["metadata"]["namespace"]).inc()
         changed = deleted_pods or was != now or old.get("phase") != new.get("phase")

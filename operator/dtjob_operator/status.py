@@ -171,3 +171,27 @@ def compute_status(
 
 def _time(value: datetime | None) -> str | None:
     return format_time(value) if value is not None else None
+
+
+def admitted_in(status: dict[str, Any]) -> bool:
+    """The status's Admitted condition is True."""
+    return any(
+        c.get("type") == CONDITION_ADMITTED and c.get("status") == STATUS_TRUE
+        for c in status.get("conditions") or []
+    )
+
+
+def admitted_condition(status: dict[str, Any]) -> dict[str, Any]:
+    """The Admitted condition ({} without one)."""
+    return next(
+        (c for c in status.get("conditions") or [] if c.get("type") == CONDITION_ADMITTED), {}
+    )
+
+
+def status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """A merge patch that turns `old` into `new` (keys only in `old` are set to None)."""
+    patch: dict[str, Any] = dict(new)
+    for key in old:
+        if key not in new:
+            patch[key] = None
+    return patch
