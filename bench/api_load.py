@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shlex
 import subprocess
 import sys
@@ -39,6 +38,7 @@ sys.path.insert(0, str(TOP / "tests"))
 
 from operator_scale import cluster_kubeconfig  # noqa: E402
 
+from helpers.apimetrics import per_second, window  # noqa: E402
 from helpers.crd import install_crd  # noqa: E402
 from helpers.jobs import GROUP, PLURAL, VERSION, JobBuilder, create_job  # noqa: E402
 from helpers.kube import create_namespace, wait_for  # noqa: E402
@@ -48,41 +48,6 @@ PODS_PER_JOB = 4
 RESULTS = TOP / "bench" / "results" / "api_load.json"
 # Each fake node takes 110 pods by default; N x 4 pods need more slots on 4 nodes.
 NODE_POD_SLOTS = "1000"
-LINE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
-LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
-
-Key = tuple[str, str, str]  # (verb, resource[/subresource], group)
-
-
-def request_counts(api: client.ApiClient) -> Counter[Key]:
-    """apiserver_request_total summed over codes, scopes and versions, WATCHes left out."""
-    method, url, headers, body, _ = api.param_serialize(
-        "GET", "/metrics", auth_settings=["BearerToken"]
-    )
-    resp = api.call_api(method, url, headers, body)
-    resp.read()
-    counts: Counter[Key] = Counter()
-    for line in resp.data.decode().splitlines():
-        m = LINE.match(line)
-        if not m:
-            continue
-        labels = dict(LABEL.findall(m["labels"]))
-        verb = labels.get("verb", "")
-        if verb in ("WATCH", "WATCHLIST", "CONNECT"):
-            continue
-        resource = labels.get("resource", "") or "(non-resource)"
-        if labels.get("subresource"):
-            resource += "/" + labels["subresource"]
-        counts[(verb, resource, labels.get("group", ""))] += int(float(m["value"]))
-    return counts
-
-
-def window(api: client.ApiClient, seconds: float) -> Counter[Key]:
-    before = request_counts(api)
-    time.sleep(seconds)
-    after = request_counts(api)
-    after.subtract(before)
-    return after
 
 
 def cpu_seconds(pid: int) -> float:
@@ -108,15 +73,6 @@ def running_jobs(api: client.ApiClient, ns: str) -> int:
         "items"
     ]
     return sum(1 for j in items if (j.get("status") or {}).get("phase") == "Running")
-
-
-def per_second(counts: Counter[Key], seconds: float) -> dict[str, float]:
-    rows = {
-        f"{verb} {resource}" + (f" ({group})" if group else ""): round(n / seconds, 2)
-        for (verb, resource, group), n in counts.items()
-        if n
-    }
-    return dict(sorted(rows.items(), key=lambda kv: -abs(kv[1])))
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:

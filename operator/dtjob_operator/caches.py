@@ -283,6 +283,36 @@ class Caches:
 
     # -- the admission's reads ----------------------------------------------------------
 
+    def list_jobs(self, namespaces: list[str] | None = None) -> list[Obj]:
+        """Every job the operator watches (`namespaces` is the settings', which the
+        informers were built for). A job whose status the reconcile wrote and the cache has
+        not caught up with yet is read from the API server, so a pass never misses an
+        admission this replica wrote (the book holds the ones not written yet)."""
+        if not self.jobs or not all(i.synced.is_set() for i in self.jobs):
+            return self.api.list_jobs(namespaces)
+        jobs = {
+            ((j.get("metadata") or {}).get("namespace"), (j.get("metadata") or {}).get("name")): j
+            for informer in self.jobs
+            for j in informer.items()
+        }
+        with self._lock:  # as in get_job: our last write, and kopf's word on the incarnation
+            seen = [k for k, v in self._written_jobs.items() if k in jobs and _rv_of(jobs[k]) == v]
+            for key in seen:
+                del self._written_jobs[key]
+            pending = set(self._written_jobs)
+            pending |= {k for k, uid in self._current_uids.items()
+                        if (_uid_of(jobs[k]) if k in jobs else None) != uid}  # fmt: skip
+        for key in sorted(pending):
+            live = self.api.get_job(*key)
+            with self._lock:  # what the cache must reach now (it may be past our write)
+                if key in self._written_jobs:
+                    self._written_jobs[key] = _rv_of(live) if live is not None else None
+            if live is None:
+                jobs.pop(key, None)
+            else:
+                jobs[key] = live
+        return list(jobs.values())
+
     def list_all_pods(self) -> list[Obj]:
         return _read(self.unfinished_pods, self.api.list_all_pods)
 

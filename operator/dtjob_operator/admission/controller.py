@@ -2,10 +2,10 @@
 
 One thread runs passes, one at a time (decisions are serialised), whenever something that
 can change them happens (a job waits, a job stops, a quota changes) and at least every
-`resync_seconds`; bursts of requests share one pass. A pass lists the jobs fresh from the
-API server (their status holds the admissions, so an operator restart needs no state) and
-reads unfinished pods, nodes, ResourceQuotas and PriorityClasses from the watch-backed
-caches (caches.py).
+`resync_seconds`; bursts of requests share one pass. A pass reads the jobs (their status
+holds the admissions, so an operator restart needs no state), unfinished pods, nodes,
+ResourceQuotas and PriorityClasses from the watch-backed caches (caches.py); the first pass
+of a new leader lists the jobs from the API server.
 
 Verdicts go into the AdmissionBook; the per-job reconcile reads it (admitted? position?
 preempted?) and writes the job's status, so the status has one writer. The book also keeps
@@ -45,8 +45,10 @@ Obj = Mapping[str, Any]
 
 
 class Reads(Protocol):
-    """Where a pass reads pods, nodes, quotas and classes: the caches, or the API server."""
+    """Where a pass reads jobs, pods, nodes, quotas and classes: the caches, or the API
+    server."""
 
+    def list_jobs(self, namespaces: list[str] | None = None) -> Sequence[Obj]: ...
     def list_all_pods(self) -> Sequence[Obj]: ...
     def list_nodes(self) -> Sequence[Obj]: ...
     def list_resource_quotas(self) -> Sequence[Obj]: ...
@@ -200,6 +202,7 @@ class AdmissionController:
         self._thread: threading.Thread | None = None
         self._gangs: dict[tuple[str, object, object], list[GangPod] | None] = {}
         self._pass_lock = threading.Lock()
+        self._fresh_jobs = True  # the next pass lists jobs from the API server (gather)
 
     def request(self) -> None:
         """Ask for a pass soon (many requests before it starts make one pass)."""
@@ -222,10 +225,12 @@ class AdmissionController:
             if self._stop.is_set():
                 return
             if not self.is_leader():
+                self._fresh_jobs = True
                 continue
             try:
                 self.run_pass()
             except Exception as exc:
+                self._fresh_jobs = True
                 if is_transport_error(exc):  # an outage: one line, not a traceback a second
                     log.warning("admission pass: API server unreachable; retrying")
                 else:
@@ -253,10 +258,15 @@ class AdmissionController:
 
     def gather(self) -> Snapshot:
         """List what the pass reads and fold it into a Snapshot."""
-        # Jobs fresh from the API server: their status is what a pass must not misread.
-        # The rest from the caches: a pod or node event still in flight makes no wrong
-        # admission (a gang's missing pods are counted as reserved; see decide.py).
-        jobs = self.api.list_jobs(self.settings.namespaces or None)
+        # Jobs from the cache, which reads a job this replica wrote and has not seen back
+        # yet from the API server (Caches.list_jobs), and admissions not yet written are in
+        # the book. The first pass after this replica becomes the leader, or after a failed
+        # pass, lists them fresh: the previous leader's last writes may be in flight. A pod
+        # or node event still in flight makes no wrong admission (a gang's missing pods are
+        # counted as reserved; see decide.py).
+        namespaces = self.settings.namespaces or None
+        fresh, self._fresh_jobs = self._fresh_jobs, False
+        jobs = list(self.api.list_jobs(namespaces) if fresh else self.reads.list_jobs(namespaces))
         pods = self.reads.list_all_pods()
         nodes = self.reads.list_nodes()
         quotas = self.reads.list_resource_quotas()

@@ -1,0 +1,63 @@
+"""The API server's own count of the requests it served (`apiserver_request_total`), read
+from its /metrics: what the at-rest load test and bench/api_load.py measure the operator by.
+
+WATCH (and WATCHLIST, CONNECT) requests are left out: an open watch is one request however
+long it lasts, and an informer's watch is what replaces polling. The metric has no client
+label, so a caller isolates the operator by comparing a window with it running against one
+without it, by (verb, resource, group)."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import Counter
+
+from kubernetes import client
+
+LINE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
+LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+Key = tuple[str, str, str]  # (verb, resource[/subresource], group)
+
+
+def request_counts(api: client.ApiClient) -> Counter[Key]:
+    """apiserver_request_total summed over codes, scopes and versions, WATCHes left out."""
+    method, url, headers, body, _ = api.param_serialize(
+        "GET", "/metrics", auth_settings=["BearerToken"]
+    )
+    resp = api.call_api(method, url, headers, body)
+    resp.read()
+    counts: Counter[Key] = Counter()
+    for line in resp.data.decode().splitlines():
+        m = LINE.match(line)
+        if not m:
+            continue
+        labels = dict(LABEL.findall(m["labels"]))
+        verb = labels.get("verb", "")
+        if verb in ("WATCH", "WATCHLIST", "CONNECT"):
+            continue
+        resource = labels.get("resource", "") or "(non-resource)"
+        if labels.get("subresource"):
+            resource += "/" + labels["subresource"]
+        counts[(verb, resource, labels.get("group", ""))] += int(float(m["value"]))
+    return counts
+
+
+def window(api: client.ApiClient, seconds: float) -> Counter[Key]:
+    """The requests served over the next `seconds` (this call's own two GETs of /metrics
+    are in the (non-resource) row)."""
+    before = request_counts(api)
+    time.sleep(seconds)
+    after = request_counts(api)
+    after.subtract(before)
+    return after
+
+
+def per_second(counts: Counter[Key], seconds: float) -> dict[str, float]:
+    """`counts` as requests per second by "VERB resource (group)", largest first."""
+    rows = {
+        f"{verb} {resource}" + (f" ({group})" if group else ""): round(n / seconds, 2)
+        for (verb, resource, group), n in counts.items()
+        if n
+    }
+    return dict(sorted(rows.items(), key=lambda kv: -abs(kv[1])))
