@@ -16,9 +16,17 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
+from dtjob_trainer.aliases import resolve_strategy
 from dtjob_trainer.errors import ConfigError
 
 
@@ -134,6 +142,12 @@ class StrategyConfig(_Section):
     hybrid: Annotated[HybridConfig, BeforeValidator(_none_as_default)] = Field(
         default_factory=HybridConfig
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tf_alias(cls, data: Any) -> Any:
+        # A tf.distribute name runs its target strategy (aliases.py).
+        return resolve_strategy(data)
 
 
 class RoleConfig(_Section):
