@@ -10,8 +10,9 @@ TensorFlow, and what each one runs (docs/strategies.md says what is and is not t
 
 An alias is resolved once, here, and everything downstream sees only its target: the CRD's
 rules (through facts.cel_is and facts.MODE, so an alias is held to exactly its target's
-roles and sizes; their messages name the strategy as written), the operator's validation, the builders (Job.from_object), the env contract
-(DTJ_STRATEGY), the job config the trainer reads, and status.strategy (the STRATEGY column).
+roles and sizes; their messages name the strategy as written), the operator's validation,
+every Job the builders see (builders/job.py), the env contract (DTJ_STRATEGY), the job
+config the trainer reads, and status.strategy (the STRATEGY column).
 The manifest keeps what the user wrote.
 """
 

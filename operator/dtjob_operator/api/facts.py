@@ -176,6 +176,8 @@ def cel_is(*strategies: StrategyType) -> str:
     names = [s.value for s in strategies]
     names += [a.value for a, target in ALIASES.items() if target in strategies]
     return f"{STRATEGY} in {cel_list(tuple(names))}"
+
+
 HOGWILD_PROCESSES = _cel_setting(
     "parameterServer", "hogwildProcesses", ParameterServerSpec().hogwildProcesses
 )
