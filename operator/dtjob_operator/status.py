@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from dtjob_operator.api.aliases import resolved_type
 from dtjob_operator.api.spec import DistributedTrainingJobSpec
 from dtjob_operator.api.status import DistributedTrainingJobStatus, JobPhase, Progress
 from dtjob_operator.constants import (
@@ -153,6 +154,7 @@ def compute_status(
     status = DistributedTrainingJobStatus.model_validate(
         {
             "phase": decision.phase,
+            "strategy": str(resolved_type(spec.strategy.type)) if spec is not None else None,
             "conditions": conditions,
             "reason": reason_of(conditions),
             "replicaStatuses": replicas,

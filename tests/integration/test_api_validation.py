@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,10 @@ from kubernetes import client
 
 from dtjob_operator.api import GROUP, KIND, PLURAL, VERSION
 from dtjob_operator.api.spec import DistributedTrainingJobSpec
+from dtjob_operator.api.status import JobPhase
 from dtjob_operator.api.validation import validate_job
+from dtjob_operator.builders.job import Job
+from dtjob_operator.status import StatusDecision, compute_status
 from helpers.crd import install_crd
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -188,6 +192,36 @@ BAD: list[tuple[str, str, dict[str, Any], str, str]] = [
      "spec.roles.worker.extendedResources", "must not list gpuResource"),
     ("port-out-of-range", "job", with_(DP, network={"masterPort": 80}),
      "spec.network.masterPort", "should be greater than or equal to 1024"),
+    # tf.distribute aliases are held to their target's rules (aliases.py).
+    ("mirrored-with-ps", "job", with_(DP, strategy__type="MirroredStrategy", roles__ps={}),
+     "spec.roles.ps", "only allowed with strategy ParameterServer, not MirroredStrategy"),
+    ("multi-worker-mirrored-batch-not-divisible", "job",
+     with_(DP, strategy__type="MultiWorkerMirroredStrategy", roles__worker={"replicas": 3},
+           trainer={"batchSize": 64}),
+     "spec.trainer.batchSize", "divisible by the worker processes"),
+    ("central-storage-with-stages", "job",
+     {"strategy": {"type": "CentralStorageStrategy"}, "roles": {"stage": {"replicas": 2}}},
+     "spec.roles.worker", "required for strategy CentralStorageStrategy"),
+    ("tf-parameter-server-without-ps", "job",
+     with_(DP, strategy__type="ParameterServerStrategy"),
+     "spec.roles.ps", "required for strategy ParameterServer in mode Async"),
+    ("tf-parameter-server-with-a-mode", "job",
+     {"strategy": {"type": "ParameterServerStrategy", "parameterServer": {"mode": "Sync"}},
+      "roles": {"worker": {"replicas": 2}, "ps": {}}},
+     "spec.strategy.parameterServer", "not allowed with strategy ParameterServerStrategy"),
+    # ParameterServer mode EASGDRoundRobin: one master, at least 2 workers taking turns.
+    ("round-robin-without-ps", "job",
+     with_(DP, strategy={"type": "ParameterServer",
+                         "parameterServer": {"mode": "EASGDRoundRobin"}}),
+     "spec.roles.ps", "required for strategy ParameterServer in mode EASGDRoundRobin"),
+    ("round-robin-two-ps", "job",
+     {"strategy": {"type": "ParameterServer", "parameterServer": {"mode": "EASGDRoundRobin"}},
+      "roles": {"worker": {"replicas": 2}, "ps": {"replicas": 2}}},
+     "spec.roles.ps", "exactly 1 ps process"),
+    ("round-robin-one-worker", "job",
+     {"strategy": {"type": "ParameterServer", "parameterServer": {"mode": "EASGDRoundRobin"}},
+      "roles": {"worker": {"replicas": 1}, "ps": {}}},
+     "spec.roles.worker", "at least 2 worker processes"),
     ("failure-rule-without-matcher", "job",
      with_(DP, runPolicy={"podFailurePolicy": {"rules": [{"action": "Ignore"}]}}),
      "spec.runPolicy.podFailurePolicy.rules[0]",
@@ -299,7 +333,12 @@ def test_status_subresource_and_printer_columns(
     jobs: client.CustomObjectsApi, existing: dict[str, Any]
 ) -> None:
     meta = existing["metadata"]
-    status = {"phase": "Running", "ready": "2/2", "progress": {"step": 40, "loss": 0.25}}
+    status = {
+        "strategy": "DataParallel",
+        "phase": "Running",
+        "ready": "2/2",
+        "progress": {"step": 40, "loss": 0.25},
+    }
     jobs.patch_namespaced_custom_object_status(
         GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], {"status": status}
     )
@@ -333,3 +372,32 @@ def test_short_name_and_category_are_served(jobs: client.CustomObjectsApi) -> No
     resources = jobs.get_api_resources(GROUP, VERSION).resources
     (dtj,) = [r for r in resources if r.name == PLURAL]
     assert dtj.short_names == ["dtj"] and dtj.categories == ["dtjob"]
+
+
+@pytest.mark.parametrize(
+    ("alias", "roles", "runs"),
+    [
+        ("MirroredStrategy", {"worker": {"replicas": 1, "gpus": 2}}, "DataParallel"),
+        ("MultiWorkerMirroredStrategy", {"worker": {"replicas": 2}}, "DataParallel"),
+        ("CentralStorageStrategy", {"worker": {"replicas": 1}}, "CPUOffload"),
+        ("ParameterServerStrategy", {"worker": {"replicas": 2}, "ps": {}}, "ParameterServer"),
+    ],
+)
+def test_tf_alias_is_accepted_and_its_column_shows_what_runs(
+    jobs: client.CustomObjectsApi, namespace: str, alias: str, roles: dict[str, Any], runs: str
+) -> None:
+    name = f"tf-{alias.lower()}"
+    job_manifest = manifest({"strategy": {"type": alias}, "roles": roles}, name)
+    stored = create(jobs, namespace, job_manifest, dry_run=False)
+    assert stored["spec"]["strategy"]["type"] == alias  # the manifest keeps what was written
+    # The operator's status for it (status.strategy, from the resolved spec) fills the column.
+    job = Job.from_object(stored)
+    decision = StatusDecision(phase=JobPhase.PENDING)
+    now = datetime.now(UTC)
+    status = compute_status({}, job.spec, decision, now=now, observed_generation=1, progress=None)
+    assert status["strategy"] == runs
+    jobs.patch_namespaced_custom_object_status(
+        GROUP, VERSION, namespace, PLURAL, name, {"status": status}
+    )
+    (row,) = table_of(jobs, namespace, name)["rows"]
+    assert row["cells"][:3] == [name, runs, "Pending"]

@@ -16,9 +16,17 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
+from dtjob_trainer.aliases import resolve_strategy
 from dtjob_trainer.errors import ConfigError
 
 
@@ -50,6 +58,7 @@ class PSMode(StrEnum):
     ASYNC = "Async"
     HOGWILD = "Hogwild"
     EASGD = "EASGD"
+    EASGD_ROUND_ROBIN = "EASGDRoundRobin"
 
 
 class PipelineSchedule(StrEnum):
@@ -133,6 +142,12 @@ class StrategyConfig(_Section):
     hybrid: Annotated[HybridConfig, BeforeValidator(_none_as_default)] = Field(
         default_factory=HybridConfig
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tf_alias(cls, data: Any) -> Any:
+        # A tf.distribute name runs its target strategy (aliases.py).
+        return resolve_strategy(data)
 
 
 class RoleConfig(_Section):
@@ -308,13 +323,15 @@ def check_consistency(cfg: TrainerConfig) -> list[str]:
     mode = cfg.strategy.parameter_server.mode
     if kind == StrategyType.PARAMETER_SERVER and cfg.roles.ps is None:
         # EASGD without ps is its synchronous form (the centre replicated on the workers).
-        if mode == PSMode.ASYNC:
+        if mode in (PSMode.ASYNC, PSMode.EASGD_ROUND_ROBIN):
             problems.append(f"roles.ps: required by ParameterServer mode {mode.value}")
         elif mode == PSMode.HOGWILD and cfg.role_processes("worker") > 1:
             problems.append(
                 "roles.ps: required by ParameterServer mode Hogwild with more than one worker "
                 "process (the parameter servers hold the shared model)"
             )
+    if kind == StrategyType.PARAMETER_SERVER and mode == PSMode.EASGD_ROUND_ROBIN:
+        problems += _round_robin_problems(cfg)
     if problems:
         return problems
 
@@ -353,6 +370,23 @@ def check_consistency(cfg: TrainerConfig) -> list[str]:
         problems.append(f"trainer.model.dModel: must be a multiple of heads ({m.heads})")
     if m.type == ModelType.MLP and any(h < 1 for h in m.hidden_sizes):
         problems.append("trainer.model.hiddenSizes: every width must be at least 1")
+    return problems
+
+
+def _round_robin_problems(cfg: TrainerConfig) -> list[str]:
+    # The schedule's sizes (the API's rules say the same): one master holds the centre, and
+    # a round needs workers to take turns.
+    problems = []
+    if cfg.roles.ps is not None and cfg.role_processes("ps") != 1:
+        problems.append(
+            "roles.ps: ParameterServer mode EASGDRoundRobin keeps the centre on one master: "
+            f"exactly 1 ps process (replicas x procsPerPod), got {cfg.role_processes('ps')}"
+        )
+    if cfg.roles.worker is not None and cfg.role_processes("worker") < 2:
+        problems.append(
+            "roles.worker: ParameterServer mode EASGDRoundRobin needs at least 2 worker "
+            "processes to take turns at the centre"
+        )
     return problems
 
 

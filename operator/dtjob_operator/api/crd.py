@@ -42,7 +42,8 @@ from dtjob_operator.api.template_spec import CORE_TYPE
 
 CATEGORIES = ["dtjob"]
 PRINTER_COLUMNS: list[dict[str, Any]] = [
-    {"name": "Strategy", "type": "string", "jsonPath": ".spec.strategy.type"},
+    # What runs, a tf.distribute alias resolved (written by the operator).
+    {"name": "Strategy", "type": "string", "jsonPath": ".status.strategy"},
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
     {"name": "Ready", "type": "string", "jsonPath": ".status.ready"},
     {"name": "Queue", "type": "integer", "jsonPath": ".status.queuePosition"},

@@ -9,6 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dtjob_operator.api.aliases import (
+    ALIASES,
+    cel_resolved_mode,
+    resolved_mode,
+    resolved_type,
+)
 from dtjob_operator.api.spec import (
     DistributedTrainingJobSpec,
     HybridSpec,
@@ -66,6 +72,9 @@ class Facts:
     heads: int
     backoffSeconds: int
     maxBackoffSeconds: int
+    psProcesses: int = 0
+    declared: str = ""
+    """strategy.type as written (an alias included); `strategy` is what runs."""
 
     @property
     def pipelineDegree(self) -> int:
@@ -92,8 +101,9 @@ class Facts:
         ps = strategy.parameterServer or ParameterServerSpec()
         pipeline = strategy.pipeline or PipelineSpec()
         return cls(
-            strategy=str(strategy.type),
-            mode=str(ps.mode),
+            # An alias counts as its target (aliases.py): the rules hold it to the same roles.
+            strategy=str(resolved_type(strategy.type)),
+            mode=str(resolved_mode(strategy)),
             schedule=str(pipeline.schedule),
             microbatches=pipeline.microbatches,
             stagesPerRank=pipeline.stagesPerRank,
@@ -116,6 +126,8 @@ class Facts:
             heads=trainer.model.heads,
             backoffSeconds=spec.runPolicy.backoffSeconds,
             maxBackoffSeconds=spec.runPolicy.maxBackoffSeconds,
+            psProcesses=_processes(roles.ps),
+            declared=str(strategy.type),
         )
 
 
@@ -149,8 +161,23 @@ def _cel_setting(block: str, field: str, default: object) -> str:
     return f"(has(self.strategy.{block}) ? self.strategy.{block}.{field} : {value})"
 
 
+# strategy.type as written: compare it with cel_is() wherever a tf.distribute alias
+# (aliases.py) may stand for the strategy (no alias stands for Pipeline, Hybrid or
+# ModelParallel, so `STRATEGY == "Hybrid"` is exact).
 STRATEGY = "self.strategy.type"
-MODE = _cel_setting("parameterServer", "mode", str(ParameterServerSpec().mode))
+# The parameter-server mode that runs (ParameterServerStrategy: Async).
+MODE = cel_resolved_mode(
+    STRATEGY, _cel_setting("parameterServer", "mode", str(ParameterServerSpec().mode))
+)
+
+
+def cel_is(*strategies: StrategyType) -> str:
+    """CEL: the job runs one of `strategies`, written as itself or as an alias of it."""
+    names = [s.value for s in strategies]
+    names += [a.value for a, target in ALIASES.items() if target in strategies]
+    return f"{STRATEGY} in {cel_list(tuple(names))}"
+
+
 HOGWILD_PROCESSES = _cel_setting(
     "parameterServer", "hogwildProcesses", ParameterServerSpec().hogwildProcesses
 )
@@ -160,6 +187,7 @@ STAGES_PER_RANK = _cel_setting("pipeline", "stagesPerRank", PipelineSpec().stage
 DATA_PARALLEL = _cel_setting("hybrid", "dataParallel", HybridSpec().dataParallel)
 WORKER_PROCESSES = _cel_processes("worker")
 STAGE_PROCESSES = _cel_processes("stage")
+PS_PROCESSES = _cel_processes("ps")
 PIPELINE_DEGREE = (
     f'({STRATEGY} == "Hybrid" ? {STAGE_PROCESSES} / {DATA_PARALLEL} : {STAGE_PROCESSES})'
 )

@@ -32,6 +32,7 @@ from dtjob_operator.api.facts import (
     ONE_F_ONE_B,
     PIPELINE_DEGREE,
     PIPELINE_STAGES,
+    PS_PROCESSES,
     SCHEDULE,
     STAGE_PROCESSES,
     STAGE_STRATEGIES,
@@ -39,6 +40,7 @@ from dtjob_operator.api.facts import (
     WORKER_PROCESSES,
     WORKER_STRATEGIES,
     Facts,
+    cel_is,
     cel_list,
 )
 from dtjob_operator.api.spec import StrategyType
@@ -115,16 +117,23 @@ class Rule:
         return _PLACEHOLDER.sub(lambda m: PLACEHOLDERS[m.group(1)][1], self.message)
 
 
+# Placeholders read from a Facts attribute of another name: a message names the strategy as
+# written (a tf.distribute alias included), as CEL's self.strategy.type does.
+_FACT_OF_PLACEHOLDER = {"strategy": "declared"}
+
+
 def _fill(template: str, facts: Facts) -> str:
-    return _PLACEHOLDER.sub(lambda m: str(getattr(facts, m.group(1))), template)
+    return _PLACEHOLDER.sub(
+        lambda m: str(getattr(facts, _FACT_OF_PLACEHOLDER.get(m.group(1), m.group(1)))), template
+    )
 
 
 def _is(*strategies: StrategyType) -> str:
-    return f"{STRATEGY} in {cel_list(tuple(str(s) for s in strategies))}"
+    return cel_is(*strategies)
 
 
 # Conditions several rules share, in CEL and Python.
-_PS = f'{STRATEGY} == "ParameterServer"'
+_PS = _is(StrategyType.PARAMETER_SERVER)
 _HOGWILD = f'{_PS} && {MODE} == "Hogwild"'
 _PIPELINED = f"{_is(StrategyType.PIPELINE, StrategyType.HYBRID)} && has(self.roles.stage)"
 # Hybrid's grid exists only when dataParallel divides the stage processes (else that rule
@@ -135,6 +144,15 @@ _HYBRID = f'{STRATEGY} == "Hybrid" && has(self.roles.stage)'
 # Every worker strategy splits the global batch over the worker processes; Hogwild splits it
 # further over the processes inside each pod.
 _DATA_PARALLEL = f"{_is(*WORKER_STRATEGIES)} && !({_HOGWILD}) && has(self.roles.worker)"
+
+
+# ParameterServer mode EASGDRoundRobin: workers take turns at one master's centre.
+_ROUND_ROBIN = f'{_PS} && {MODE} == "EASGDRoundRobin"'
+_PS_ALIAS = StrategyType.PARAMETER_SERVER_STRATEGY.value
+
+
+def _round_robin(f: Facts) -> bool:
+    return f.strategy == StrategyType.PARAMETER_SERVER and f.mode == "EASGDRoundRobin"
 
 
 def _hogwild(f: Facts) -> bool:
@@ -346,6 +364,41 @@ RULES: tuple[Rule, ...] = (
         lambda f: f.dModel % f.heads == 0,
         "must be a multiple of trainer.model.heads",
         detail="{dModel} is not a multiple of {heads}",
+    ),
+    # ParameterServer mode EASGDRoundRobin: the centre lives with one master (the ps
+    # process) that serves the workers in turn.
+    Rule(
+        "roles.ps",
+        _ROUND_ROBIN, _round_robin,
+        "has(self.roles.ps)", lambda f: f.has_ps,
+        "required for strategy ParameterServer in mode EASGDRoundRobin: its one ps process "
+        "is the master that holds the centre",
+        "FieldValueRequired",
+    ),
+    Rule(
+        "roles.ps",
+        f"{_ROUND_ROBIN} && has(self.roles.ps)", lambda f: _round_robin(f) and f.has_ps,
+        f"{PS_PROCESSES} == 1", lambda f: f.psProcesses == 1,
+        "mode EASGDRoundRobin keeps the centre on one master: exactly 1 ps process "
+        "(replicas x procsPerPod)",
+        detail="got {psProcesses}",
+    ),
+    Rule(
+        "roles.worker",
+        f"{_ROUND_ROBIN} && has(self.roles.worker)", lambda f: _round_robin(f) and f.has_worker,
+        f"{WORKER_PROCESSES} >= 2", lambda f: f.workerProcesses >= 2,
+        "mode EASGDRoundRobin needs at least 2 worker processes (replicas x procsPerPod) to "
+        "take turns at the centre; with one, use mode EASGD",
+        detail="got {workerProcesses}",
+    ),
+    # tf.distribute aliases (aliases.py): every other rule sees their target already.
+    Rule(
+        "strategy.parameterServer",
+        f'{STRATEGY} == "{_PS_ALIAS}"', lambda f: f.declared == _PS_ALIAS,
+        "!has(self.strategy.parameterServer)", lambda f: not f.has_ps_settings,
+        f"not allowed with strategy {_PS_ALIAS}: it is ParameterServer in mode Async, which "
+        "has no settings; use strategy.type ParameterServer to choose another mode",
+        "FieldValueForbidden",
     ),
     Rule(
         "runPolicy.maxBackoffSeconds",

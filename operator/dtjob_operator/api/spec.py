@@ -97,6 +97,11 @@ class StrategyType(StrEnum):
     FSDP = "FSDP"
     CPU_OFFLOAD = "CPUOffload"
     AUTO = "Auto"
+    # tf.distribute names, aliases of the strategies above (aliases.py resolves them).
+    MIRRORED_STRATEGY = "MirroredStrategy"
+    MULTI_WORKER_MIRRORED_STRATEGY = "MultiWorkerMirroredStrategy"
+    CENTRAL_STORAGE_STRATEGY = "CentralStorageStrategy"
+    PARAMETER_SERVER_STRATEGY = "ParameterServerStrategy"
 
 
 class PSMode(StrEnum):
@@ -106,6 +111,7 @@ class PSMode(StrEnum):
     ASYNC = "Async"
     HOGWILD = "Hogwild"
     EASGD = "EASGD"
+    EASGD_ROUND_ROBIN = "EASGDRoundRobin"
 
 
 class PipelineSchedule(StrEnum):
@@ -138,7 +144,8 @@ class ParameterServerSpec(ApiModel):
     mode: PSMode = PSMode.SYNC
     """Update rule: Sync (all workers' gradients averaged every step), Async (Downpour:
     workers push gradients and pull parameters without a barrier), Hogwild (lock-free
-    updates to shared parameters by several processes in one pod), EASGD (elastic averaging)."""
+    updates to shared parameters by several processes in one pod), EASGD (elastic averaging),
+    EASGDRoundRobin (elastic averaging with the workers taking turns at one master's centre)."""
     rho: float = Field(default=0.1, ge=0.0, le=10.0)
     """EASGD elasticity: how strongly workers are pulled towards the centre parameters."""
     tau: int = Field(default=4, ge=1, le=100000)
@@ -170,7 +177,10 @@ class StrategySpec(ApiModel):
 
     type: StrategyType
     """DataParallel, ParameterServer, ModelParallel, Pipeline, Hybrid, FSDP, CPUOffload or
-    Auto (chosen from model size vs GPU memory; the choice and its reason go to status)."""
+    Auto (chosen from model size vs GPU memory; the choice and its reason go to status).
+    tf.distribute names are aliases: MirroredStrategy and MultiWorkerMirroredStrategy run
+    DataParallel, CentralStorageStrategy CPUOffload, ParameterServerStrategy ParameterServer
+    in mode Async; status.strategy shows what runs."""
     backend: BackendType = BackendType.AUTO
     """Collective backend; auto means nccl when the pods have GPUs, gloo otherwise."""
     parameterServer: ParameterServerSpec | None = None

@@ -98,6 +98,9 @@ class DistributedTrainingJobStatus(ApiModel):
 
     phase: JobPhase = JobPhase.PENDING
     """Pending, Queued, Starting, Running, Restarting, Suspended, Succeeded or Failed."""
+    strategy: str | None = None
+    """The strategy that runs (the STRATEGY column): spec.strategy.type with a tf.distribute
+    alias resolved, e.g. DataParallel for MirroredStrategy."""
     conditions: list[Condition] = Field(default_factory=list)
     """Latest observations of the job's state."""
     replicaStatuses: dict[str, ReplicaStatus] = Field(default_factory=dict)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dtjob_operator.api import GROUP, KIND, VERSION
+from dtjob_operator.api.aliases import resolve
 from dtjob_operator.api.spec import DistributedTrainingJobSpec
 from dtjob_operator.constants import LABEL_JOB_NAME, LABEL_MANAGED_BY, MANAGED_BY
 
@@ -16,12 +17,17 @@ Manifest = dict[str, Any]
 
 @dataclass(frozen=True)
 class Job:
-    """A DistributedTrainingJob's identity and parsed (defaulted) spec."""
+    """A DistributedTrainingJob's identity and parsed (defaulted) spec, a tf.distribute
+    alias resolved to the strategy that runs (api/aliases.py)."""
 
     name: str
     namespace: str
     uid: str
     spec: DistributedTrainingJobSpec
+
+    def __post_init__(self) -> None:
+        # Every builder, policy and status reads the strategy that runs, whoever made the Job.
+        object.__setattr__(self, "spec", resolve(self.spec))
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> Job:

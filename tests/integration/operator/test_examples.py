@@ -10,6 +10,7 @@ import pytest
 import yaml
 from kubernetes import client
 
+from dtjob_operator.api.aliases import resolved_type
 from helpers.jobs import create_job, env_of, job_pods, wait_phase
 from helpers.kube import wait_for
 
@@ -63,7 +64,8 @@ def test_example_creates_expected_gang(cluster, namespace, path: Path) -> None:
             assert env["WORLD_SIZE"] == str(world)
             assert env["LOCAL_WORLD_SIZE"] == str(processes(role))
             assert env["DTJ_ROLE"] == role_name and env["DTJ_ROLE_INDEX"] == str(index)
-            assert env["DTJ_STRATEGY"] == spec["strategy"]["type"]
+            # A tf.distribute alias runs (and the pods are told) its target strategy.
+            assert env["DTJ_STRATEGY"] == resolved_type(spec["strategy"]["type"])
             assert env["MASTER_ADDR"] == f"{name}-{first_role}-0.{name}.{namespace}.svc"
             assert pod.metadata.labels["dtjob.io/job-name"] == name
             assert pod.metadata.labels["dtjob.io/role"] == role_name
@@ -75,7 +77,9 @@ def test_example_creates_expected_gang(cluster, namespace, path: Path) -> None:
             rank += processes(role)
     assert cluster.core.read_namespaced_service(name, namespace).spec.cluster_ip == "None"
     # Fake GPU nodes have room for every example: the whole gang runs.
-    wait_phase(cluster.api, namespace, name, "Running", timeout=60)
+    running = wait_phase(cluster.api, namespace, name, "Running", timeout=60)
+    # The operator writes what runs (the STRATEGY column), an alias resolved.
+    assert running["strategy"] == resolved_type(spec["strategy"]["type"])
     # Give the GPUs back before the next example (some take whole nodes).
     client.CustomObjectsApi(cluster.api).delete_namespaced_custom_object(
         "dtjob.io", "v1alpha1", namespace, "distributedtrainingjobs", name

@@ -86,7 +86,7 @@ def test_printer_columns(generated: dict[str, Any]) -> None:
         for c in generated["spec"]["versions"][0]["additionalPrinterColumns"]
     }
     assert columns == {
-        "Strategy": ("string", ".spec.strategy.type"),
+        "Strategy": ("string", ".status.strategy"),
         "Phase": ("string", ".status.phase"),
         "Ready": ("string", ".status.ready"),
         "Queue": ("integer", ".status.queuePosition"),

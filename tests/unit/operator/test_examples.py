@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from dtjob_operator.api import GROUP, KIND, VERSION, StrategyType
+from dtjob_operator.api.aliases import ALIASES, resolved_type
 from dtjob_operator.api.spec import DistributedTrainingJobSpec, PSMode, RoleSpec
 from dtjob_operator.api.validation import validate_job
 from dtjob_trainer.config import load_config
@@ -20,7 +21,8 @@ CPU = sorted((EXAMPLES / "cpu").glob("*.yaml"))
 NAMES = {
     "data-parallel", "parameter-server-sync", "parameter-server-async", "hogwild", "easgd",
     "model-parallel", "pipeline-gpipe", "pipeline-1f1b", "pipeline-interleaved", "hybrid",
-    "fsdp", "cpu-offload", "auto", "custom-image",
+    "fsdp", "cpu-offload", "auto", "custom-image", "easgd-round-robin",
+    "tf-multi-worker-mirrored",
 }  # fmt: skip
 
 
@@ -41,7 +43,11 @@ def test_one_example_per_strategy_in_both_sizes() -> None:
     assert {p.stem for p in CPU} == NAMES
     for paths in (GPU, CPU):
         strategies = {parsed(p).strategy.type for p in paths}
-        assert strategies == {s.value for s in StrategyType}
+        # Every strategy that runs, and a tf.distribute alias of one (aliases.py).
+        assert {resolved_type(s) for s in strategies} == set(ALIASES.values()) | {
+            s for s in StrategyType if s not in ALIASES
+        }
+        assert strategies & {a.value for a in ALIASES}
         modes = {s.parameterServer.mode for p in paths if (s := parsed(p).strategy).parameterServer}
         assert modes == {m.value for m in PSMode}
         schedules = {s.pipeline.schedule for p in paths if (s := parsed(p).strategy).pipeline}

@@ -115,6 +115,7 @@ def test_compute_status_golden() -> None:
     )
     assert status == {
         "phase": "Starting",
+        "strategy": "DataParallel",
         "conditions": [
             {
                 "type": "Running",

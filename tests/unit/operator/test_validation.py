@@ -66,6 +66,41 @@ def test_valid_specs_have_no_errors(good: dict[str, Any]) -> None:
 # (spec, field, words the message must contain)
 BAD = [
     (spec("DataParallel"), "spec.roles.worker", "required for strategy DataParallel"),
+    # ParameterServer mode EASGDRoundRobin: one master holds the centre, >= 2 workers.
+    (
+        with_(
+            spec("ParameterServer", worker={"replicas": 2}),
+            "strategy.parameterServer.mode",
+            "EASGDRoundRobin",
+        ),
+        "spec.roles.ps",
+        "required for strategy ParameterServer in mode EASGDRoundRobin",
+    ),
+    (
+        with_(
+            spec("ParameterServer", worker={"replicas": 2}, ps={"procsPerPod": 2}),
+            "strategy.parameterServer.mode",
+            "EASGDRoundRobin",
+        ),
+        "spec.roles.ps",
+        "exactly 1 ps process (replicas x procsPerPod) (got 2)",
+    ),
+    (
+        with_(
+            spec("ParameterServer", worker={}, ps={}),
+            "strategy.parameterServer.mode",
+            "EASGDRoundRobin",
+        ),
+        "spec.roles.worker",
+        "at least 2 worker processes",
+    ),
+    # A tf.distribute alias is its target, except that the PS alias has no modes.
+    (spec("MirroredStrategy", worker={}, ps={}), "spec.roles.ps", "not MirroredStrategy"),
+    (
+        with_(spec("ParameterServerStrategy", worker={}, ps={}), "strategy.parameterServer", {}),
+        "spec.strategy.parameterServer",
+        "not allowed with strategy ParameterServerStrategy",
+    ),
     (spec("FSDP", worker={}, ps={}), "spec.roles.ps", "only allowed with strategy ParameterServer"),
     (spec("Auto", worker={}, stage={}), "spec.roles.stage", "not allowed with strategy Auto"),
     (spec("Pipeline"), "spec.roles.stage", "required for strategy Pipeline"),

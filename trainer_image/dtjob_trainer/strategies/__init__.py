@@ -25,6 +25,7 @@ MODULES: dict[str, str] = {
     "ParameterServer/Async": "ps_async",
     "ParameterServer/Hogwild": "hogwild",
     "ParameterServer/EASGD": "easgd",
+    "ParameterServer/EASGDRoundRobin": "easgd_round_robin",
     "ModelParallel": "model_parallel",
     "Pipeline": "pipeline",
     "Hybrid": "hybrid",
