@@ -53,7 +53,9 @@ def traced_steps(rank: int, world: int, spec: dict[str, Any], steps: int) -> dic
     for step in range(steps):
         driver.trace = Trace()
         x, y = batch(data, step, cfg.trainer.batch_size, cfg.trainer.seed)
-        driver.run(step_actions(p.schedule, world, rank, p.microbatches, step), x, y, p.microbatches)
+        driver.run(
+            step_actions(p.schedule, world, rank, p.microbatches, step), x, y, p.microbatches
+        )
         traces.append(driver.trace)
     return {"traces": traces, "store": sorted(driver.store), "live": driver.live_version}
 

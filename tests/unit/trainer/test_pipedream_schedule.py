@@ -49,8 +49,9 @@ def replay(actions: list[Action], live: int, store: set[int]) -> tuple[int, int]
 def test_1f1b_order(stages: int, m: int) -> None:
     for s in range(stages):
         order = one_f_one_b_order(stages, s, m)
-        assert sorted(order) == sorted([(Op.FORWARD, i) for i in range(m)] +
-                                       [(Op.BACKWARD, i) for i in range(m)])
+        assert sorted(order) == sorted(
+            [(Op.FORWARD, i) for i in range(m)] + [(Op.BACKWARD, i) for i in range(m)]
+        )
         forwards = [i for op, i in order if op == Op.FORWARD]
         backwards = [i for op, i in order if op == Op.BACKWARD]
         assert forwards == backwards == list(range(m))
@@ -109,16 +110,15 @@ def test_two_bw_delayed_update(stages: int, m: int) -> None:
             assert peak <= 2, "two weight buffers: the shadow and the newest stash"
             used = {a.version for a in actions if a.op in (Op.FORWARD, Op.BACKWARD)}
             assert used == {max(step - 1, 0)}
-            assert [a for a in actions if a.op == Op.UPDATE] == [
-                Action(Op.UPDATE, None, step + 1)
-            ]
+            assert [a for a in actions if a.op == Op.UPDATE] == [Action(Op.UPDATE, None, step + 1)]
             assert actions[-1].op == Op.UPDATE
 
 
 def test_two_bw_resumes_from_the_shadow() -> None:
     # Restarted at step 5 with the shadow W(4) restored: no stash of W(4) is needed.
-    live, store = replay(two_bw_actions(2, 0, 2, 5), 5, {4})
-    assert live == 6
+    store = {4}
+    live, peak = replay(two_bw_actions(2, 0, 2, 5), 5, store)
+    assert live == 6 and store == {5} and peak == 2
 
 
 def test_bad_shapes_are_refused() -> None:

@@ -102,7 +102,9 @@ class PipeDreamStage:
         """Set the version counter and the store after the live weights were loaded."""
         self.live_version = live_version
         self.store = {
-            v: [ts[n].to(self.device, p.dtype) for n, p in zip(self.names, self.params, strict=True)]
+            v: [
+                ts[n].to(self.device, p.dtype) for n, p in zip(self.names, self.params, strict=True)
+            ]
             for v, ts in stored.items()
         }
 
@@ -140,14 +142,18 @@ class PipeDreamStage:
                 self._record("forward", a, weights)
             elif a.op == Op.BACKWARD:
                 assert a.microbatch is not None
-                out, inp = pending.pop(a.microbatch)
+                out, inp_grad = pending.pop(a.microbatch)
                 weights = self._weights(a.version)
                 upstream = None if self.is_last else self._recv(self.stage + 1)
-                wrt = [*weights, inp] if inp is not None else weights
+                wrt = [*weights, inp_grad] if inp_grad is not None else weights
                 got = torch.autograd.grad(out, wrt, grad_outputs=upstream, allow_unused=True)
-                if inp is not None:
+                if inp_grad is not None:
                     sends += self._send(got[-1], self.stage - 1)
-                g = [torch.zeros_like(w) if d is None else d for w, d in zip(weights, got)]
+                # got ends with the input's gradient (when there is an input): not strict.
+                g = [
+                    torch.zeros_like(w) if d is None else d
+                    for w, d in zip(weights, got, strict=False)
+                ]
                 self._record("backward", a, weights)
                 if a.microbatch in grads:
                     raise RuntimeError(f"micro-batch {a.microbatch} backward twice")
