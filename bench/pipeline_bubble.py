@@ -1,4 +1,6 @@
-"""Pipeline bubble and activation memory of GPipe and 1F1B, measured on CPU (gloo).
+"""Pipeline bubble and activation memory of GPipe and 1F1B, and the throughput of the
+asynchronous schedules PipeDream and PipeDream2BW at equal micro-batches, measured on CPU
+(gloo).
 
 Each of P = 4 ranks holds one stage of torch.distributed.pipelining; a stage is a small
 Linear whose forward sleeps T_F and whose backward sleeps 2 T_F. Sleep-dominated stages make
@@ -10,6 +12,10 @@ when computing ones could not). Per configuration (schedule, M micro-batches):
 - activations: on stage 0, the most micro-batches whose forward has run but not their
   backward, and the peak bytes of tensors saved for backward (saved-tensor hooks whose
   handles are released when autograd frees them). GPipe keeps all M, 1F1B at most P.
+- PipeDream / PipeDream2BW run on the trainer's own driver (dtjob_trainer.strategies.
+  pipedream_stage) with the same stages and an SGD step per update: samples/s against
+  GPipe and 1F1B at the same M. They drain at every step boundary like 1F1B, so the
+  bubble is 1F1B's; the figures show what weight stashing and the extra updates cost.
 
     PYTHONPATH=trainer_image python bench/pipeline_bubble.py [--steps 3] [--tf 0.02]
 
@@ -34,12 +40,18 @@ import torch.multiprocessing as mp
 from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
+from dtjob_trainer.config import PipelineSchedule
+from dtjob_trainer.strategies.pipedream import step_actions
+from dtjob_trainer.strategies.pipedream_stage import PipeDreamStage
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "pipeline_bubble.json"
 STAGES = 4
 WIDTH = 256
 MICROBATCH = 32
 CONFIGS = [("GPipe", m) for m in (1, 2, 4, 8, 16)] + [("1F1B", m) for m in (4, 8, 16)]
+ASYNC = ("PipeDream", "PipeDream2BW")
+CONFIGS += [(name, m) for name in ASYNC for m in (4, 8, 16)]
 
 
 class Tracker:
@@ -111,6 +123,36 @@ def _loss(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return ((out - target) ** 2).mean()
 
 
+StepFn = Any  # (step, x, y) -> None
+
+
+def _sync_step(module: nn.Module, rank: int, name: str, m: int) -> StepFn:
+    stage = PipelineStage(module, rank, STAGES, torch.device("cpu"))
+    kind = ScheduleGPipe if name == "GPipe" else Schedule1F1B
+    schedule = kind(stage, m, loss_fn=_loss)
+
+    def run(step: int, x: torch.Tensor, y: torch.Tensor) -> None:
+        if rank == 0:
+            schedule.step(x)
+        elif rank == STAGES - 1:
+            schedule.step(target=y)
+        else:
+            schedule.step()
+
+    return run
+
+
+def _async_step(module: nn.Module, rank: int, name: str, m: int) -> StepFn:
+    optimizer = torch.optim.SGD(module.parameters(), lr=1e-4)
+    driver = PipeDreamStage(module, rank, STAGES, torch.device("cpu"), _loss, optimizer.step)
+    schedule = PipelineSchedule(name)
+
+    def run(step: int, x: torch.Tensor, y: torch.Tensor) -> None:
+        driver.run(step_actions(schedule, STAGES, rank, m, step), x, y, m)
+
+    return run
+
+
 def _rank(rank: int, port: int, steps: int, tf: float, queue: Any) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
@@ -119,9 +161,11 @@ def _rank(rank: int, port: int, steps: int, tf: float, queue: Any) -> None:
     rows = []
     for schedule_name, m in CONFIGS:
         module = SleepStage(tf)
-        stage = PipelineStage(module, rank, STAGES, torch.device("cpu"))
-        kind = ScheduleGPipe if schedule_name == "GPipe" else Schedule1F1B
-        schedule = kind(stage, m, loss_fn=_loss)
+        run_step = (
+            _async_step(module, rank, schedule_name, m)
+            if schedule_name in ASYNC
+            else (_sync_step(module, rank, schedule_name, m))
+        )
         x = torch.randn(m * MICROBATCH, WIDTH)
         y = torch.randn(m * MICROBATCH, WIDTH)
         times = []
@@ -130,12 +174,7 @@ def _rank(rank: int, port: int, steps: int, tf: float, queue: Any) -> None:
             dist.barrier()
             start = time.perf_counter()
             with torch.autograd.graph.saved_tensors_hooks(TRACK.pack, lambda h: h.t):
-                if rank == 0:
-                    schedule.step(x)
-                elif rank == STAGES - 1:
-                    schedule.step(target=y)
-                else:
-                    schedule.step()
+                run_step(i, x, y)
             elapsed = time.perf_counter() - start
             if i:
                 times.append(elapsed)
@@ -186,6 +225,22 @@ def measure(steps: int, tf: float) -> dict[str, Any]:
     return {"configs": out}
 
 
+def _throughput(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Samples/s of every schedule at each M the asynchronous ones ran."""
+    rate = {
+        (r["schedule"], r["microbatches"]): round(
+            r["microbatches"] * MICROBATCH / r["step_seconds"], 1
+        )
+        for r in rows
+    }
+    names = ("GPipe", "1F1B", *ASYNC)
+    return [
+        {"microbatches": m, **{f"{name}_samples_per_s": rate[(name, m)] for name in names}}
+        for m in (4, 8, 16)
+        if all((name, m) in rate for name in names)
+    ]
+
+
 def main() -> None:
     """Measure, print a summary, write the JSON."""
     parser = argparse.ArgumentParser(description=__doc__)
@@ -226,16 +281,17 @@ def main() -> None:
         },
         **figures,
         "activation_memory_1f1b_vs_gpipe": memory,
+        "async_throughput_vs_sync": _throughput(rows),
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
     print(
-        f"{'schedule':<8} {'M':>3} {'step s':>8} {'bubble':>7} {'theory':>7} "
+        f"{'schedule':<12} {'M':>3} {'step s':>8} {'bubble':>7} {'theory':>7} "
         f"{'live':>5} {'saved KiB':>10}"
     )
     for r in rows:
         print(
-            f"{r['schedule']:<8} {r['microbatches']:>3} {r['step_seconds']:>8.3f} "
+            f"{r['schedule']:<12} {r['microbatches']:>3} {r['step_seconds']:>8.3f} "
             f"{r['bubble_measured']:>7.3f} {r['bubble_theory']:>7.3f} "
             f"{r['stage0_peak_live_microbatches']:>5} "
             f"{r['stage0_peak_saved_activation_bytes'] / 1024:>10.0f}"

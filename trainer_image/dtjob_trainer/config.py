@@ -67,6 +67,8 @@ class PipelineSchedule(StrEnum):
     GPIPE = "GPipe"
     ONE_F_ONE_B = "1F1B"
     INTERLEAVED_1F1B = "Interleaved1F1B"
+    PIPEDREAM = "PipeDream"
+    PIPEDREAM_2BW = "PipeDream2BW"
 
 
 class ModelType(StrEnum):

@@ -295,6 +295,24 @@ RULES: tuple[Rule, ...] = (
         detail="{microbatches} micro-batches, {pipelineDegree} pipeline ranks",
     ),
     Rule(
+        "strategy.pipeline.microbatches",
+        f'{BUNDLED_TRAINER} && {_GRID} && {SCHEDULE} == "PipeDream2BW"',
+        lambda f: f.bundled_trainer and _grid(f) and f.schedule == "PipeDream2BW",
+        f"{MICROBATCHES} >= {PIPELINE_DEGREE}", lambda f: f.microbatches >= f.pipelineDegree,
+        "schedule PipeDream2BW needs at least as many micro-batches as pipeline stages (the "
+        "stage processes): two weight buffers suffice only when a step fills the pipeline",
+        detail="{microbatches} micro-batches, {pipelineDegree} pipeline ranks",
+    ),
+    Rule(
+        "strategy.pipeline.schedule",
+        f"{BUNDLED_TRAINER} && {_HYBRID}",
+        lambda f: f.bundled_trainer and f.strategy == StrategyType.HYBRID and f.has_stage,
+        f'!({SCHEDULE} in ["PipeDream", "PipeDream2BW"])',
+        lambda f: f.schedule not in ("PipeDream", "PipeDream2BW"),
+        "schedule {schedule} runs with strategy Pipeline only; Hybrid takes GPipe, 1F1B or "
+        "Interleaved1F1B",
+    ),
+    Rule(
         "roles.stage",
         f"{BUNDLED_TRAINER} && {_is(*STAGE_STRATEGIES)} && has(self.roles.stage) && "
         f'({STRATEGY} != "Hybrid" || {STAGE_PROCESSES} % {DATA_PARALLEL} == 0)',

@@ -115,11 +115,14 @@ class PSMode(StrEnum):
 
 
 class PipelineSchedule(StrEnum):
-    """Micro-batch schedule of torch.distributed.pipelining."""
+    """Micro-batch schedule: torch.distributed.pipelining's, or an asynchronous one of the
+    trainer's own (PipeDream, PipeDream2BW)."""
 
     GPIPE = "GPipe"
     ONE_F_ONE_B = "1F1B"
     INTERLEAVED_1F1B = "Interleaved1F1B"
+    PIPEDREAM = "PipeDream"
+    PIPEDREAM_2BW = "PipeDream2BW"
 
 
 class BackendType(StrEnum):
@@ -158,7 +161,10 @@ class PipelineSpec(ApiModel):
     """Settings of the Pipeline and Hybrid strategies."""
 
     schedule: PipelineSchedule = PipelineSchedule.GPIPE
-    """Micro-batch schedule: GPipe, 1F1B (needs microbatches >= stages) or Interleaved1F1B."""
+    """Micro-batch schedule: GPipe, 1F1B (needs microbatches >= stages) or Interleaved1F1B;
+    or an asynchronous one, strategy Pipeline only: PipeDream (1F1B, an update after every
+    micro-batch, weight stashing) or PipeDream2BW (one update per step, delayed by a step;
+    needs microbatches >= stages)."""
     microbatches: int = Field(default=4, ge=1, le=4096)
     """Micro-batches each global batch is split into; the batch size must divide evenly."""
     stagesPerRank: int = Field(default=2, ge=1, le=16)

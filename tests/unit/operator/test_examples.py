@@ -11,7 +11,12 @@ import yaml
 
 from dtjob_operator.api import GROUP, KIND, VERSION, StrategyType
 from dtjob_operator.api.aliases import ALIASES, resolved_type
-from dtjob_operator.api.spec import DistributedTrainingJobSpec, PSMode, RoleSpec
+from dtjob_operator.api.spec import (
+    DistributedTrainingJobSpec,
+    PipelineSchedule,
+    PSMode,
+    RoleSpec,
+)
 from dtjob_operator.api.validation import validate_job
 from dtjob_trainer.config import load_config
 
@@ -22,7 +27,7 @@ NAMES = {
     "data-parallel", "parameter-server-sync", "parameter-server-async", "hogwild", "easgd",
     "model-parallel", "pipeline-gpipe", "pipeline-1f1b", "pipeline-interleaved", "hybrid",
     "fsdp", "cpu-offload", "auto", "custom-image", "easgd-round-robin",
-    "tf-multi-worker-mirrored",
+    "tf-multi-worker-mirrored", "pipeline-pipedream", "pipeline-pipedream-2bw",
 }  # fmt: skip
 
 
@@ -51,7 +56,7 @@ def test_one_example_per_strategy_in_both_sizes() -> None:
         modes = {s.parameterServer.mode for p in paths if (s := parsed(p).strategy).parameterServer}
         assert modes == {m.value for m in PSMode}
         schedules = {s.pipeline.schedule for p in paths if (s := parsed(p).strategy).pipeline}
-        assert schedules == {"GPipe", "1F1B", "Interleaved1F1B"}
+        assert schedules == {s.value for s in PipelineSchedule}
 
 
 @pytest.mark.parametrize("path", GPU + CPU, ids=lambda p: str(p.relative_to(EXAMPLES)))

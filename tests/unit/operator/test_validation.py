@@ -139,6 +139,26 @@ BAD = [
         with_(
             spec("Pipeline", stage={"replicas": 4}),
             "strategy.pipeline",
+            {"schedule": "PipeDream2BW", "microbatches": 2},
+        ),
+        "spec.strategy.pipeline.microbatches",
+        "schedule PipeDream2BW needs at least as many micro-batches as pipeline stages "
+        "(the stage processes): two weight buffers suffice only when a step fills the "
+        "pipeline (2 micro-batches, 4 pipeline ranks)",
+    ),
+    (
+        with_(
+            with_(spec("Hybrid", stage={"replicas": 4}), "strategy.hybrid", {"dataParallel": 2}),
+            "strategy.pipeline",
+            {"schedule": "PipeDream", "microbatches": 4},
+        ),
+        "spec.strategy.pipeline.schedule",
+        "schedule PipeDream runs with strategy Pipeline only",
+    ),
+    (
+        with_(
+            spec("Pipeline", stage={"replicas": 4}),
+            "strategy.pipeline",
             {"schedule": "1F1B", "microbatches": 2},
         ),
         "spec.strategy.pipeline.microbatches",

@@ -86,6 +86,12 @@ def make_plan(
     schedule: PipelineSchedule, microbatches: int, stages_per_rank: int, pp_size: int, pp_rank: int
 ) -> PipelinePlan:
     """A checked plan: ConfigError (exit 2, naming the field) where torch would refuse it."""
+    if schedule in (PipelineSchedule.PIPEDREAM, PipelineSchedule.PIPEDREAM_2BW):
+        raise ConfigError(
+            f"{FIELD}.schedule: {schedule} runs with strategy Pipeline only (its own "
+            "driver, one pipeline over every stage process); use GPipe, 1F1B or "
+            "Interleaved1F1B here"
+        )
     chunks = stages_per_rank if schedule == PipelineSchedule.INTERLEAVED_1F1B else 1
     plan = PipelinePlan(schedule, microbatches, pp_size, pp_rank, chunks)
     if schedule == PipelineSchedule.ONE_F_ONE_B and microbatches < plan.num_stages:
@@ -327,5 +333,11 @@ def _name_key(name: str) -> tuple[tuple[int, int, str], ...]:
 def run(ctx: RunContext) -> RunResult:
     """Train with a pipeline over every stage rank of the job."""
     p = ctx.cfg.strategy.pipeline
+    if p.schedule in (PipelineSchedule.PIPEDREAM, PipelineSchedule.PIPEDREAM_2BW):
+        # Imported here: the asynchronous driver imports this module's checkpoint helpers.
+        from dtjob_trainer.strategies.pipedream import check_async_plan, run_pipedream
+
+        check_async_plan(p.schedule, p.microbatches, ctx.world_size)
+        return run_pipedream(ctx, p.schedule, p.microbatches)
     plan = make_plan(p.schedule, p.microbatches, p.stages_per_rank, ctx.world_size, ctx.rank)
     return run_pipeline(ctx, plan, ctx.strategy_name or NAME)
