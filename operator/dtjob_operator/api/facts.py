@@ -19,6 +19,7 @@ from dtjob_operator.api.spec import (
     PipelineSpec,
     RoleSpec,
     StrategyType,
+    TensorParallelSpec,
 )
 
 # Strategies whose processes are workers, and those whose processes are pipeline stages.
@@ -28,6 +29,7 @@ WORKER_STRATEGIES = (
     StrategyType.FSDP,
     StrategyType.CPU_OFFLOAD,
     StrategyType.AUTO,
+    StrategyType.TENSOR_PARALLEL,
 )
 STAGE_STRATEGIES = (StrategyType.MODEL_PARALLEL, StrategyType.PIPELINE, StrategyType.HYBRID)
 ONE_F_ONE_B = (PipelineSchedule.ONE_F_ONE_B, PipelineSchedule.INTERLEAVED_1F1B)
@@ -66,6 +68,9 @@ class Facts:
     heads: int
     backoffSeconds: int
     maxBackoffSeconds: int
+    tensorParallel: int = TensorParallelSpec().size
+    has_tensor_parallel_settings: bool = False
+    hiddenSizes: tuple[int, ...] = ()
 
     @property
     def pipelineDegree(self) -> int:
@@ -116,6 +121,9 @@ class Facts:
             heads=trainer.model.heads,
             backoffSeconds=spec.runPolicy.backoffSeconds,
             maxBackoffSeconds=spec.runPolicy.maxBackoffSeconds,
+            tensorParallel=(strategy.tensorParallel or TensorParallelSpec()).size,
+            has_tensor_parallel_settings=strategy.tensorParallel is not None,
+            hiddenSizes=tuple(trainer.model.hiddenSizes),
         )
 
 
@@ -158,6 +166,7 @@ SCHEDULE = _cel_setting("pipeline", "schedule", str(PipelineSpec().schedule))
 MICROBATCHES = _cel_setting("pipeline", "microbatches", PipelineSpec().microbatches)
 STAGES_PER_RANK = _cel_setting("pipeline", "stagesPerRank", PipelineSpec().stagesPerRank)
 DATA_PARALLEL = _cel_setting("hybrid", "dataParallel", HybridSpec().dataParallel)
+TENSOR_PARALLEL = _cel_setting("tensorParallel", "size", TensorParallelSpec().size)
 WORKER_PROCESSES = _cel_processes("worker")
 STAGE_PROCESSES = _cel_processes("stage")
 PIPELINE_DEGREE = (
