@@ -19,7 +19,14 @@ from dtjob_trainer.config import load_config
 from dtjob_trainer.data import batch, load_dataset
 from dtjob_trainer.models import build_model, loss_fn
 
-GPT_MODEL = {"type": "GPT", "layers": 2, "dModel": 16, "heads": 4, "seqLen": 8, "vocabSize": 32}
+GPT_MODEL: dict[str, Any] = {
+    "type": "GPT",
+    "layers": 2,
+    "dModel": 16,
+    "heads": 4,
+    "seqLen": 8,
+    "vocabSize": 32,
+}
 GPT_DATA = {"type": "SyntheticTokens", "samples": 256, "evalSamples": 64}
 
 
@@ -34,8 +41,9 @@ def tp_spec(workers: int, tp: int, model: str = "MLP", **trainer: Any) -> dict[s
 def one_step(rank: int, world: int, spec: dict[str, Any]) -> dict[str, Any]:
     """Rank body: mesh, split model, one forward/backward of this replica's shard of
     batch 0, gradients averaged over dp; the full gradients and the mesh layout."""
-    from dtjob_trainer.strategies.tensor_parallel import average_over_dp, build_mesh, parallelize
     from unit.trainer.ranks import strategy_context
+
+    from dtjob_trainer.strategies.tensor_parallel import average_over_dp, build_mesh, parallelize
 
     ctx = strategy_context(spec, rank, world, Path("/nonexistent"))
     tp = ctx.cfg.strategy.tensor_parallel.size
@@ -113,8 +121,9 @@ def test_qkv_shard_holds_the_ranks_heads(tmp_path: Path) -> None:
 
 
 def local_qkv_rows(rank: int, world: int, spec: dict[str, Any]) -> torch.Tensor:
-    from dtjob_trainer.strategies.tensor_parallel import build_mesh, parallelize
     from unit.trainer.ranks import strategy_context
+
+    from dtjob_trainer.strategies.tensor_parallel import build_mesh, parallelize
 
     ctx = strategy_context(spec, rank, world, Path("/nonexistent"))
     model = parallelize(build_model(ctx.cfg, torch.float64), ctx, build_mesh("cpu", world, 2))
@@ -132,3 +141,38 @@ def test_training_equals_single_process(tmp_path: Path, model: str, world: int) 
     assert out.result["replicas_checked"] == 5
     assert_losses_close(out.result["losses"], ref.losses, "fp64")
     assert_params_close(out.result["params"], ref.params, "fp64")
+
+
+@pytest.mark.parametrize(
+    ("model", "field"),
+    [
+        ({**GPT_MODEL, "heads": 2, "dModel": 16}, "trainer.model.heads"),
+        ({"type": "MLP", "hiddenSizes": [32, 30]}, "trainer.model.hiddenSizes"),
+        ({"type": "CNN"}, "trainer.model.type"),
+    ],
+)
+def test_a_model_the_plan_cannot_split_is_refused_naming_the_field(
+    model: dict[str, Any], field: str
+) -> None:
+    from dtjob_trainer.config import ModelConfig
+    from dtjob_trainer.errors import ConfigError
+    from dtjob_trainer.models.tp_plan import tp_plan
+
+    m = ModelConfig.model_validate(model)
+    with pytest.raises(ConfigError, match=rf"^{field}: "):
+        tp_plan(m, 4)
+    data = GPT_DATA if model["type"] == "GPT" else {"type": "Digits"}
+    with pytest.raises(ConfigError, match=field):
+        extra = {"tensorParallel": {"size": 4}}
+        load_config(a_spec("TensorParallel", 4, strategy_extra=extra, model=model, dataset=data))
+    # The same model splits over a size it divides (CNN never).
+    if model["type"] != "CNN":
+        assert tp_plan(m, 2)
+
+
+def test_workers_not_divisible_by_the_size_are_refused() -> None:
+    from dtjob_trainer.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"strategy.tensorParallel.size: 4 must divide the 6"):
+        load_config(tp_spec(6, 4))
+    assert load_config(tp_spec(4, 2, batchSize=2)).data_parallel_size() == 2
