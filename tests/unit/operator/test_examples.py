@@ -21,6 +21,7 @@ NAMES = {
     "data-parallel", "parameter-server-sync", "parameter-server-async", "hogwild", "easgd",
     "model-parallel", "pipeline-gpipe", "pipeline-1f1b", "pipeline-interleaved", "hybrid",
     "fsdp", "cpu-offload", "auto", "custom-image",
+    "tensor-parallel",
 }  # fmt: skip
 
 
