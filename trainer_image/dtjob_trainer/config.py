@@ -49,6 +49,7 @@ class StrategyType(StrEnum):
     FSDP = "FSDP"
     CPU_OFFLOAD = "CPUOffload"
     AUTO = "Auto"
+    TENSOR_PARALLEL = "TensorParallel"
 
 
 class PSMode(StrEnum):
@@ -125,6 +126,12 @@ class HybridConfig(_Section):
     data_parallel: int = Field(default=2, ge=1)
 
 
+class TensorParallelConfig(_Section):
+    """spec.strategy.tensorParallel."""
+
+    size: int = Field(default=2, ge=1)
+
+
 def _none_as_default(value: object) -> object:
     # "defaults filled" specs may carry explicit nulls for optional sub-sections.
     return {} if value is None else value
@@ -143,6 +150,9 @@ class StrategyConfig(_Section):
     )
     hybrid: Annotated[HybridConfig, BeforeValidator(_none_as_default)] = Field(
         default_factory=HybridConfig
+    )
+    tensor_parallel: Annotated[TensorParallelConfig, BeforeValidator(_none_as_default)] = Field(
+        default_factory=TensorParallelConfig
     )
 
     @model_validator(mode="before")
@@ -287,6 +297,9 @@ class TrainerConfig(BaseModel):
         if kind in (StrategyType.MODEL_PARALLEL, StrategyType.PIPELINE):
             return 1
         workers = max(1, self.role_processes("worker"))
+        if kind == StrategyType.TENSOR_PARALLEL:
+            # Each group of `size` processes shares one replica and one batch shard.
+            return max(1, workers // self.strategy.tensor_parallel.size)
         if kind == StrategyType.PARAMETER_SERVER and self.strategy.parameter_server.mode == (
             PSMode.HOGWILD
         ):
@@ -337,6 +350,10 @@ def check_consistency(cfg: TrainerConfig) -> list[str]:
     if problems:
         return problems
 
+    if kind == StrategyType.TENSOR_PARALLEL:
+        problems += tensor_parallel_problems(cfg)
+        if problems:
+            return problems
     dp = cfg.data_parallel_size()
     if kind == StrategyType.HYBRID and cfg.role_processes("stage") % dp != 0:
         problems.append(
@@ -390,6 +407,37 @@ def _round_robin_problems(cfg: TrainerConfig) -> list[str]:
             "processes to take turns at the centre"
         )
     return problems
+
+
+def tensor_parallel_problems(cfg: TrainerConfig) -> list[str]:
+    """What stops the job from splitting its model over strategy.tensorParallel.size
+    processes, as "field.path: problem" messages."""
+    tp = cfg.strategy.tensor_parallel.size
+    workers = cfg.role_processes("worker")
+    if workers % tp != 0:
+        return [
+            f"strategy.tensorParallel.size: {tp} must divide the {workers} worker processes "
+            "(replicas x procsPerPod); the data-parallel degree is their quotient"
+        ]
+    return tensor_parallel_model_problems(cfg.trainer.model, tp)
+
+
+def tensor_parallel_model_problems(m: ModelConfig, tp: int) -> list[str]:
+    """What stops model `m` from splitting over `tp` processes (the plans of
+    `dtjob_trainer.models.tp_plan` split attention by heads and Linears by features)."""
+    if m.type == ModelType.GPT and m.heads % tp != 0:
+        return [
+            f"trainer.model.heads: {m.heads} heads cannot be split over "
+            f"strategy.tensorParallel.size {tp} (attention is split by heads)"
+        ]
+    if m.type == ModelType.MLP and any(h % tp for h in m.hidden_sizes):
+        return [
+            f"trainer.model.hiddenSizes: every width must be a multiple of "
+            f"strategy.tensorParallel.size {tp} (the layers are split by features)"
+        ]
+    if m.type == ModelType.CNN:
+        return ["trainer.model.type: CNN has no tensor-parallel plan; use MLP or GPT"]
+    return []
 
 
 def _format_loc(loc: tuple[int | str, ...]) -> str:

@@ -25,6 +25,7 @@ from dtjob_operator.api.spec import (
     PipelineSpec,
     RoleSpec,
     StrategyType,
+    TensorParallelSpec,
 )
 
 # Strategies whose processes are workers, and those whose processes are pipeline stages.
@@ -34,6 +35,7 @@ WORKER_STRATEGIES = (
     StrategyType.FSDP,
     StrategyType.CPU_OFFLOAD,
     StrategyType.AUTO,
+    StrategyType.TENSOR_PARALLEL,
 )
 STAGE_STRATEGIES = (StrategyType.MODEL_PARALLEL, StrategyType.PIPELINE, StrategyType.HYBRID)
 ONE_F_ONE_B = (PipelineSchedule.ONE_F_ONE_B, PipelineSchedule.INTERLEAVED_1F1B)
@@ -75,6 +77,9 @@ class Facts:
     psProcesses: int = 0
     declared: str = ""
     """strategy.type as written (an alias included); `strategy` is what runs."""
+    tensorParallel: int = TensorParallelSpec().size
+    has_tensor_parallel_settings: bool = False
+    hiddenSizes: tuple[int, ...] = ()
 
     @property
     def pipelineDegree(self) -> int:
@@ -128,6 +133,9 @@ class Facts:
             maxBackoffSeconds=spec.runPolicy.maxBackoffSeconds,
             psProcesses=_processes(roles.ps),
             declared=str(strategy.type),
+            tensorParallel=(strategy.tensorParallel or TensorParallelSpec()).size,
+            has_tensor_parallel_settings=strategy.tensorParallel is not None,
+            hiddenSizes=tuple(trainer.model.hiddenSizes),
         )
 
 
@@ -185,6 +193,7 @@ SCHEDULE = _cel_setting("pipeline", "schedule", str(PipelineSpec().schedule))
 MICROBATCHES = _cel_setting("pipeline", "microbatches", PipelineSpec().microbatches)
 STAGES_PER_RANK = _cel_setting("pipeline", "stagesPerRank", PipelineSpec().stagesPerRank)
 DATA_PARALLEL = _cel_setting("hybrid", "dataParallel", HybridSpec().dataParallel)
+TENSOR_PARALLEL = _cel_setting("tensorParallel", "size", TensorParallelSpec().size)
 WORKER_PROCESSES = _cel_processes("worker")
 STAGE_PROCESSES = _cel_processes("stage")
 PS_PROCESSES = _cel_processes("ps")

@@ -37,6 +37,7 @@ from dtjob_operator.api.facts import (
     STAGE_PROCESSES,
     STAGE_STRATEGIES,
     STRATEGY,
+    TENSOR_PARALLEL,
     WORKER_PROCESSES,
     WORKER_STRATEGIES,
     Facts,
@@ -143,7 +144,11 @@ _1F1B = f"{SCHEDULE} in {cel_list(tuple(str(s) for s in ONE_F_ONE_B))}"
 _HYBRID = f'{STRATEGY} == "Hybrid" && has(self.roles.stage)'
 # Every worker strategy splits the global batch over the worker processes; Hogwild splits it
 # further over the processes inside each pod.
-_DATA_PARALLEL = f"{_is(*WORKER_STRATEGIES)} && !({_HOGWILD}) && has(self.roles.worker)"
+# (TensorParallel splits it over the data-parallel groups only: a rule of its own.)
+_BATCH_SPLIT = tuple(s for s in WORKER_STRATEGIES if s != StrategyType.TENSOR_PARALLEL)
+_DATA_PARALLEL = f"{_is(*_BATCH_SPLIT)} && !({_HOGWILD}) && has(self.roles.worker)"
+_TP = f'{STRATEGY} == "TensorParallel" && has(self.roles.worker)'
+_TP_GRID = f"{_TP} && {WORKER_PROCESSES} % {TENSOR_PARALLEL} == 0"
 
 
 # ParameterServer mode EASGDRoundRobin: workers take turns at one master's centre.
@@ -167,6 +172,14 @@ def _grid(f: Facts) -> bool:
     return _pipelined(f) and (
         f.strategy != StrategyType.HYBRID or f.stageProcesses % f.dataParallel == 0
     )
+
+
+def _tp(f: Facts) -> bool:
+    return f.strategy == StrategyType.TENSOR_PARALLEL and f.has_worker
+
+
+def _tp_grid(f: Facts) -> bool:
+    return _tp(f) and f.workerProcesses % f.tensorParallel == 0
 
 
 def _interleaved_rounds_ok(f: Facts) -> bool:
@@ -347,7 +360,7 @@ RULES: tuple[Rule, ...] = (
         "trainer.batchSize",
         f"{BUNDLED_TRAINER} && {_DATA_PARALLEL}",
         lambda f: f.bundled_trainer
-        and f.strategy in WORKER_STRATEGIES
+        and f.strategy in _BATCH_SPLIT
         and not _hogwild(f)
         and f.has_worker,
         f"self.trainer.batchSize % {WORKER_PROCESSES} == 0",
@@ -417,6 +430,56 @@ RULES: tuple[Rule, ...] = (
         f"not allowed with strategy {_PS_ALIAS}: it is ParameterServer in mode Async, which "
         "has no settings; use strategy.type ParameterServer to choose another mode",
         "FieldValueForbidden",
+    ),
+    Rule(
+        "strategy.tensorParallel",
+        "has(self.strategy.tensorParallel)", lambda f: f.has_tensor_parallel_settings,
+        f'{STRATEGY} == "TensorParallel"', lambda f: f.strategy == StrategyType.TENSOR_PARALLEL,
+        "only allowed with strategy TensorParallel, not {strategy}",
+        "FieldValueForbidden",
+    ),
+    Rule(
+        "strategy.tensorParallel.size",
+        _TP, _tp,
+        f"{WORKER_PROCESSES} % {TENSOR_PARALLEL} == 0",
+        lambda f: f.workerProcesses % f.tensorParallel == 0,
+        "must divide the worker processes (replicas x procsPerPod) evenly: the "
+        "data-parallel degree is their quotient",
+        detail="{workerProcesses} worker processes, size {tensorParallel}",
+    ),
+    Rule(
+        "trainer.batchSize",
+        f"{BUNDLED_TRAINER} && {_TP_GRID}", lambda f: f.bundled_trainer and _tp_grid(f),
+        f"self.trainer.batchSize % ({WORKER_PROCESSES} / {TENSOR_PARALLEL}) == 0",
+        lambda f: f.batchSize % (f.workerProcesses // f.tensorParallel) == 0,
+        "must be divisible by the data-parallel degree (worker processes / "
+        "strategy.tensorParallel.size): every global batch is split evenly over the replicas",
+        detail="{batchSize}, {workerProcesses} worker processes, size {tensorParallel}",
+    ),
+    Rule(
+        "trainer.model.heads",
+        f'{BUNDLED_TRAINER} && {_TP} && self.trainer.model.type == "GPT"',
+        lambda f: f.bundled_trainer and _tp(f) and f.modelType == "GPT",
+        f"self.trainer.model.heads % {TENSOR_PARALLEL} == 0",
+        lambda f: f.heads % f.tensorParallel == 0,
+        "must be a multiple of strategy.tensorParallel.size: attention is split by heads",
+        detail="{heads} heads, size {tensorParallel}",
+    ),
+    Rule(
+        "trainer.model.hiddenSizes",
+        f'{BUNDLED_TRAINER} && {_TP} && self.trainer.model.type == "MLP"',
+        lambda f: f.bundled_trainer and _tp(f) and f.modelType == "MLP",
+        f"self.trainer.model.hiddenSizes.all(h, h % {TENSOR_PARALLEL} == 0)",
+        lambda f: all(h % f.tensorParallel == 0 for h in f.hiddenSizes),
+        "every width must be a multiple of strategy.tensorParallel.size: the layers are "
+        "split by features",
+        detail="{hiddenSizes}, size {tensorParallel}",
+    ),
+    Rule(
+        "trainer.model.type",
+        f"{BUNDLED_TRAINER} && {_TP}", lambda f: f.bundled_trainer and _tp(f),
+        'self.trainer.model.type != "CNN"', lambda f: f.modelType != "CNN",
+        "CNN has no tensor-parallel plan: use MLP or GPT with strategy TensorParallel",
     ),
     Rule(
         "runPolicy.maxBackoffSeconds",

@@ -97,6 +97,7 @@ class StrategyType(StrEnum):
     FSDP = "FSDP"
     CPU_OFFLOAD = "CPUOffload"
     AUTO = "Auto"
+    TENSOR_PARALLEL = "TensorParallel"
     # tf.distribute names, aliases of the strategies above (aliases.py resolves them).
     MIRRORED_STRATEGY = "MirroredStrategy"
     MULTI_WORKER_MIRRORED_STRATEGY = "MultiWorkerMirroredStrategy"
@@ -178,6 +179,16 @@ class HybridSpec(ApiModel):
     """Data-parallel degree; the pipeline degree is the stage processes divided by it."""
 
 
+class TensorParallelSpec(ApiModel):
+    """Settings of the TensorParallel (Megatron-style, optionally x data parallel) strategy."""
+
+    size: int = Field(default=2, ge=1, le=1024)
+    """Processes each layer is split over (attention by heads, MLPs by features); the
+    worker processes must be a multiple of it, and the data-parallel degree is their
+    quotient. Consecutive ranks share a replica: set procsPerPod (or gpus) to it to keep
+    the split inside a pod."""
+
+
 class StrategySpec(ApiModel):
     """The parallelism strategy and its settings."""
 
@@ -195,6 +206,8 @@ class StrategySpec(ApiModel):
     """Pipeline settings (only with type Pipeline or Hybrid)."""
     hybrid: HybridSpec | None = None
     """Hybrid settings (only with type Hybrid)."""
+    tensorParallel: TensorParallelSpec | None = None
+    """TensorParallel settings (only with type TensorParallel)."""
 
 
 class RoleSpec(ApiModel):

@@ -28,6 +28,7 @@ NAMES = {
     "model-parallel", "pipeline-gpipe", "pipeline-1f1b", "pipeline-interleaved", "hybrid",
     "fsdp", "cpu-offload", "auto", "custom-image", "easgd-round-robin",
     "tf-multi-worker-mirrored", "pipeline-pipedream", "pipeline-pipedream-2bw",
+    "tensor-parallel",
 }  # fmt: skip
 
 

@@ -42,10 +42,13 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Causal self-attention then MLP, each with a residual connection."""
         b, t, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
-        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        # Sizes from the qkv output, not from d and self.heads: under tensor parallelism
+        # this rank's qkv holds [q; k; v] of its own heads only (3 * d / tp features).
+        q, k, v = self.qkv(self.ln1(x)).chunk(3, dim=2)
+        head_dim = d // self.heads
+        q, k, v = (z.view(b, t, -1, head_dim).transpose(1, 2) for z in (q, k, v))
         att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(att.transpose(1, 2).reshape(b, t, d))
+        x = x + self.proj(att.transpose(1, 2).reshape(b, t, -1))
         out: torch.Tensor = x + self.out(F.gelu(self.fc(self.ln2(x))))
         return out
 

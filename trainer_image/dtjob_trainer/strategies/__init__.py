@@ -32,6 +32,7 @@ MODULES: dict[str, str] = {
     "FSDP": "fsdp",
     "CPUOffload": "cpu_offload",
     "Auto": "auto",
+    "TensorParallel": "tensor_parallel",
 }
 
 
