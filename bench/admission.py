@@ -7,8 +7,8 @@
     100 busy pods on 32 nodes;
   * `cluster` (--cluster): the real pass on the local API server, with `--pods N` other
     running pods on the fake nodes (default 10,000): `live` lists everything each pass (as
-    with DTJOB_INFORMERS=false), `cached` reads pods, nodes, quotas and PriorityClasses
-    from the informers (caches.py) and lists only the jobs;
+    with DTJOB_INFORMERS=false), `cached` reads jobs, pods, nodes, quotas and
+    PriorityClasses from the informers (caches.py), as the operator does;
 - memory: Python heap held for the 500 jobs (objects + gang cache), the heap the caches
   hold for the N pods, and the process RSS.
 

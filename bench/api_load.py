@@ -1,16 +1,17 @@
 """The operator's API load at rest, writing bench/results/api_load.json:
 
-N running jobs x 4 pods on the local cluster's fake (KWOK) nodes, nothing changing. The
+N running jobs x P pods on the local cluster's fake (KWOK) nodes, nothing changing. The
 figure is the kube-apiserver's own `apiserver_request_total` (WATCH excluded: an open watch
 is one request however long it lasts), counted over a window with the operator running,
 minus the same count over a window of the same length with the operator stopped (what the
 controller-manager, the scheduler and KWOK do on their own), by verb and resource. The
 metric has no client label, so the subtraction is what isolates the operator; the two
-windows are back to back in the same run. The operator's CPU time over its window is
+windows are back to back in the same run. The operator's CPU time over its window and its
+resident memory at the end of it (and at its peak, while the gangs were created) are
 recorded too.
 
-Usage: python bench/api_load.py [--jobs N] [--window S] [--admission builtin|external]
-                                [--label NAME]
+Usage: python bench/api_load.py [--jobs N] [--pods-per-job P] [--window S]
+                                [--admission builtin|external] [--label NAME]
 The result is stored under `--label` (default "latest") in the JSON file, next to earlier
 labels (e.g. "baseline", measured before a change), with the command that repeats it.
 """
@@ -21,7 +22,6 @@ import argparse
 import json
 import os
 import shlex
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,7 +36,15 @@ from kubernetes import client, config
 TOP = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TOP / "tests"))
 
-from operator_scale import cluster_kubeconfig  # noqa: E402
+
+from cluster_tools import (  # noqa: E402
+    cluster_kubeconfig,
+    cpu_seconds,
+    git_commit,
+    memory_mib,
+    restore_node_pod_slots,
+    set_node_pod_slots,
+)
 
 from helpers.apimetrics import per_second, window  # noqa: E402
 from helpers.crd import install_crd  # noqa: E402
@@ -44,28 +52,7 @@ from helpers.jobs import GROUP, PLURAL, VERSION, JobBuilder, create_job  # noqa:
 from helpers.kube import create_namespace, wait_for  # noqa: E402
 from helpers.operator import OperatorProcess  # noqa: E402
 
-PODS_PER_JOB = 4
 RESULTS = TOP / "bench" / "results" / "api_load.json"
-# Each fake node takes 110 pods by default; N x 4 pods need more slots on 4 nodes.
-NODE_POD_SLOTS = "1000"
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process and its children so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
-
-
-def set_node_pod_slots(core: client.CoreV1Api, slots: str) -> dict[str, str]:
-    """Give every fake node `slots` pod slots; returns each node's former value."""
-    former = {}
-    for node in core.list_node(label_selector="type=kwok").items:
-        former[node.metadata.name] = node.status.allocatable.get("pods", "110")
-        res = {"pods": slots}
-        core.patch_node_status(
-            node.metadata.name, {"status": {"capacity": res, "allocatable": res}}
-        )
-    return former
 
 
 def running_jobs(api: client.ApiClient, ns: str) -> int:
@@ -80,7 +67,10 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     api = config.new_client_from_config(str(kubeconfig))
     core = client.CoreV1Api(api)
     install_crd(api)
-    former_slots = set_node_pod_slots(core, NODE_POD_SLOTS)
+    # 110 pod slots per fake node (a kubelet's default) would hold few of N x P pods.
+    nodes = len(core.list_node(label_selector="type=kwok").items)
+    slots = str(max(110, -(-args.jobs * args.pods_per_job * 5 // 4 // max(nodes, 1))))
+    former_slots = set_node_pod_slots(core, slots)
     log = Path(tempfile.mkdtemp()) / "operator.log"
     env = {"DTJOB_LOG_LEVEL": "WARNING", "DTJOB_ADMISSION": args.admission}
     op = OperatorProcess(kubeconfig, log, env)
@@ -89,8 +79,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     try:
         start = time.monotonic()
         with ThreadPoolExecutor(8) as pool:
-            list(pool.map(lambda i: create_job(api, ns, job(f"r-{i}")), range(args.jobs)))
-        wait_for(lambda: running_jobs(api, ns) == args.jobs, timeout=900, interval=2,
+            list(pool.map(lambda i: create_job(api, ns, job(f"r-{i}", args.pods_per_job)),
+                          range(args.jobs)))  # fmt: skip
+        wait_for(lambda: running_jobs(api, ns) == args.jobs, timeout=1800, interval=5,
                  what=f"{args.jobs} running jobs")  # fmt: skip
         to_running = time.monotonic() - start
         time.sleep(args.settle)  # the last status writes and admission passes
@@ -98,27 +89,26 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         cpu0 = cpu_seconds(op.proc.pid)
         with_operator = window(api, args.window)
         cpu = cpu_seconds(op.proc.pid) - cpu0
+        memory = memory_mib(op.proc.pid)
         op.stop()
         time.sleep(5)  # its last calls are done and counted before the second window
         without = window(api, args.window)
     finally:
         op.stop()
         core.delete_namespace(ns)
-        for node, slots in former_slots.items():
-            core.patch_node_status(
-                node, {"status": {"capacity": {"pods": slots}, "allocatable": {"pods": slots}}}
-            )
+        restore_node_pod_slots(core, former_slots)
     caused = Counter(with_operator)
     caused.subtract(without)
     total = sum(caused.values()) / args.window
     return {
         "jobs": args.jobs,
-        "pods_per_job": PODS_PER_JOB,
+        "pods_per_job": args.pods_per_job,
         "admission": args.admission,
         "window_s": args.window,
         "operator_requests_per_s": round(total, 2),
         "operator_requests_per_s_per_job": round(total / args.jobs, 3),
         "operator_cpu_percent_of_a_core": round(100 * cpu / args.window, 1),
+        "operator_memory_at_rest": memory,
         "by_request_per_s": per_second(caused, args.window),
         "with_operator_requests_per_s": round(sum(with_operator.values()) / args.window, 2),
         "without_operator_requests_per_s": round(sum(without.values()) / args.window, 2),
@@ -126,23 +116,16 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def job(name: str) -> dict[str, Any]:
-    built = JobBuilder(name).role("worker", PODS_PER_JOB, cpu="10m").build()
-    built["spec"]["trainer"]["batchSize"] = 8 * PODS_PER_JOB
+def job(name: str, pods: int) -> dict[str, Any]:
+    built = JobBuilder(name).role("worker", pods, cpu="10m").build()
+    built["spec"]["trainer"]["batchSize"] = 8 * pods
     return built
-
-
-def git_commit() -> str:
-    out = subprocess.run(["git", "-C", str(TOP), "rev-parse", "--short", "HEAD"],
-                         capture_output=True, text=True, check=False)  # fmt: skip
-    dirty = subprocess.run(["git", "-C", str(TOP), "diff", "--quiet", "HEAD", "--", "operator"],
-                           check=False).returncode  # fmt: skip
-    return out.stdout.strip() + ("+changes" if dirty else "")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=100, help="running jobs (x 4 pods)")
+    parser.add_argument("--jobs", type=int, default=100, help="running jobs")
+    parser.add_argument("--pods-per-job", type=int, default=4)
     parser.add_argument("--window", type=float, default=60, help="seconds per count window")
     parser.add_argument("--settle", type=float, default=20, help="seconds before counting")
     parser.add_argument("--admission", choices=["builtin", "external"], default="builtin")

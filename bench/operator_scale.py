@@ -2,12 +2,17 @@
 bench/results/operator_scale.json:
 
 - create -> all pods created, for a 64-pod job (p50/p90 over several jobs);
-- jobs reconciled per second with 200 jobs of 8 pods submitted at once (time until every job
-  has all its pods and a startTime);
-- operator resident memory with 1,000 jobs present (suspended, so the cluster holds no pods).
+- 200 jobs of 8 pods submitted at once: time until every job has all its pods and a
+  startTime, and the operator's CPU seconds per 1,000 pods created;
+- operator resident memory with 1,000 jobs present (suspended, so the cluster holds no
+  pods); with 1,000 running jobs x 8 pods, see bench/api_load.py.
 
-Usage: python bench/operator_scale.py [--quick]   (needs the venv; starts the cluster if
-needed, installs the CRD and runs its own operator process)
+The built-in admission is on (the default; `--admission external` measures the reconcile
+alone), so every gang is admitted against the fake nodes' room first: their pod slots are
+raised for the run (110 each, a kubelet's default, would queue most of the 1,600 pods).
+
+Usage: python bench/operator_scale.py [--quick] [--admission builtin|external]
+(needs the venv; starts the cluster if needed, installs the CRD and runs its own operator)
 """
 
 from __future__ import annotations
@@ -15,12 +20,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,23 +35,19 @@ from kubernetes import client, config
 TOP = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TOP / "tests"))
 
+from cluster_tools import (  # noqa: E402
+    cluster_kubeconfig,
+    cpu_seconds,
+    git_commit,
+    memory_mib,
+    restore_node_pod_slots,
+    set_node_pod_slots,
+)
+
 from helpers.crd import install_crd  # noqa: E402
 from helpers.jobs import JobBuilder, create_job, status  # noqa: E402
 from helpers.kube import create_namespace, wait_for  # noqa: E402
 from helpers.operator import OperatorProcess  # noqa: E402
-
-
-def cluster_kubeconfig() -> Path:
-    up = subprocess.run([sys.executable, str(TOP / "hack" / "cluster.py"), "up"], check=False)
-    if up.returncode != 0:
-        raise SystemExit("cluster did not start")
-    out = subprocess.run(
-        [sys.executable, str(TOP / "hack" / "cluster.py"), "kubeconfig"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return Path(out.stdout.strip())
 
 
 def cpu_job(name: str, workers: int, suspend: bool = False) -> dict[str, Any]:
@@ -82,9 +84,11 @@ def bench_time_to_pods(api: client.ApiClient, core: client.CoreV1Api, runs: int)
 
 
 def bench_burst(
-    api: client.ApiClient, core: client.CoreV1Api, jobs: int, pods: int
+    api: client.ApiClient, core: client.CoreV1Api, op: OperatorProcess, jobs: int, pods: int
 ) -> dict[str, Any]:
     ns = create_namespace(core, "burst")
+    assert op.proc is not None
+    cpu0 = cpu_seconds(op.proc.pid)
     start = time.monotonic()
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda i: create_job(api, ns, cpu_job(f"b-{i}", pods)), range(jobs)))
@@ -98,6 +102,7 @@ def bench_burst(
 
     wait_for(all_started, timeout=1200, interval=1)
     total = time.monotonic() - start
+    cpu = cpu_seconds(op.proc.pid) - cpu0
     created = len(core.list_namespaced_pod(ns).items)
     core.delete_namespace(ns)
     return {
@@ -107,14 +112,9 @@ def bench_burst(
         "submit_s": round(submitted, 2),
         "all_started_s": round(total, 2),
         "jobs_per_s": round(jobs / total, 2),
+        "operator_cpu_s": round(cpu, 1),
+        "operator_cpu_s_per_1000_pods": round(1000 * cpu / max(created, 1), 1),
     }
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def bench_memory(
@@ -122,7 +122,7 @@ def bench_memory(
 ) -> dict[str, Any]:
     ns = create_namespace(core, "mem")
     assert op.proc is not None
-    idle = rss_mib(op.proc.pid)
+    idle = memory_mib(op.proc.pid)["rss_mib"]
     with ThreadPoolExecutor(8) as pool:
         list(
             pool.map(lambda i: create_job(api, ns, cpu_job(f"m-{i}", 8, suspend=True)), range(jobs))
@@ -133,7 +133,7 @@ def bench_memory(
         interval=1,
     )
     time.sleep(10)  # let the last reconciles finish
-    loaded = rss_mib(op.proc.pid)
+    loaded = memory_mib(op.proc.pid)["rss_mib"]
     core.delete_namespace(ns)
     return {"jobs": jobs, "rss_idle_mib": round(idle, 1), "rss_with_jobs_mib": round(loaded, 1)}
 
@@ -141,30 +141,35 @@ def bench_memory(
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="smaller runs for a smoke check")
+    parser.add_argument("--admission", choices=["builtin", "external"], default="builtin")
     args = parser.parse_args()
     kubeconfig = cluster_kubeconfig()
     api = config.new_client_from_config(str(kubeconfig))
     core = client.CoreV1Api(api)
     install_crd(api)
+    former_slots = set_node_pod_slots(core, "1000")
     log = Path(tempfile.mkdtemp()) / "operator.log"
-    # Reconcile throughput only: 1,600 pods exceed the fake nodes' pod slots, which the
-    # built-in admission would rightly queue (bench/admission.py measures admission).
     op = OperatorProcess(
-        kubeconfig, log, {"DTJOB_LOG_LEVEL": "WARNING", "DTJOB_ADMISSION": "external"}
+        kubeconfig, log, {"DTJOB_LOG_LEVEL": "WARNING", "DTJOB_ADMISSION": args.admission}
     )
     op.start()
     try:
-        results = {
+        results: dict[str, Any] = {
+            "admission": args.admission,
             "time_to_64_pods": bench_time_to_pods(api, core, 3 if args.quick else 7),
-            "burst": bench_burst(api, core, 20 if args.quick else 200, 8),
+            "burst": bench_burst(api, core, op, 20 if args.quick else 200, 8),
             "memory": bench_memory(api, core, op, 100 if args.quick else 1000),
         }
     finally:
         op.stop()
+        restore_node_pod_slots(core, former_slots)
+    results["operator_commit"] = git_commit()
+    results["measured_at"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    results["command"] = "python bench/operator_scale.py " + shlex.join(sys.argv[1:])
     results["machine"] = {
-        "cpus": 2,
+        "cpus": os.cpu_count(),
         "load_average_1m_at_end": round(os.getloadavg()[0], 2),
-        "note": "local control plane and operator share the machine; admission external",
+        "note": "local control plane, KWOK and the operator share the machine",
     }
     out = TOP / "bench" / "results" / "operator_scale.json"
     out.write_text(json.dumps(results, indent=2) + "\n")

@@ -6,5 +6,6 @@ bench: ## run every benchmark (CPU; the GPU ones record "skipped" without CUDA) 
 	$(PY) bench/pipeline_bubble.py
 	$(PY) bench/operator_scale.py
 	$(PY) bench/admission.py --cluster
-	$(PY) bench/api_load.py
+	$(PY) bench/api_load.py --jobs 100 --pods-per-job 4 --label 100_jobs
+	$(PY) bench/api_load.py --jobs 1000 --pods-per-job 8 --label 1000_jobs
 	@for f in bench/results/*.json; do echo "== $$f"; cat $$f; done

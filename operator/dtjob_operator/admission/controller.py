@@ -225,12 +225,12 @@ class AdmissionController:
             if self._stop.is_set():
                 return
             if not self.is_leader():
-                self._fresh_jobs = True
+                self.list_jobs_fresh()
                 continue
             try:
                 self.run_pass()
             except Exception as exc:
-                self._fresh_jobs = True
+                self.list_jobs_fresh()
                 if is_transport_error(exc):  # an outage: one line, not a traceback a second
                     log.warning("admission pass: API server unreachable; retrying")
                 else:
@@ -238,6 +238,10 @@ class AdmissionController:
                 self._stop.wait(1.0)
                 self._wake.set()
             self._stop.wait(self.settings.admission_min_interval_seconds)
+
+    def list_jobs_fresh(self) -> None:
+        """The next pass lists the jobs from the API server, not the cache (see gather)."""
+        self._fresh_jobs = True
 
     # -- one pass -------------------------------------------------------------------------
 

@@ -1,0 +1,74 @@
+"""What the operator benchmarks share: the local cluster, the fake nodes' room, and the
+operator process's CPU time and memory read from /proc."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from kubernetes import client
+
+TOP = Path(__file__).resolve().parents[1]
+
+
+def cluster_kubeconfig() -> Path:
+    """Start the local cluster if it is not up (DTJOB_CLUSTER_STATE/PORT_BASE select which)
+    and return its admin kubeconfig."""
+    up = subprocess.run([sys.executable, str(TOP / "hack" / "cluster.py"), "up"], check=False)
+    if up.returncode != 0:
+        raise SystemExit("cluster did not start")
+    out = subprocess.run(
+        [sys.executable, str(TOP / "hack" / "cluster.py"), "kubeconfig"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return Path(out.stdout.strip())
+
+
+def set_node_pod_slots(core: client.CoreV1Api, slots: str) -> dict[str, str]:
+    """Give every fake node `slots` pod slots (110 by default, as a kubelet's); returns
+    each node's former value, for restore_node_pod_slots."""
+    former = {}
+    for node in core.list_node(label_selector="type=kwok").items:
+        former[node.metadata.name] = node.status.allocatable.get("pods", "110")
+        res = {"pods": slots}
+        core.patch_node_status(
+            node.metadata.name, {"status": {"capacity": res, "allocatable": res}}
+        )
+    return former
+
+
+def restore_node_pod_slots(core: client.CoreV1Api, former: dict[str, str]) -> None:
+    for node, slots in former.items():
+        res = {"pods": slots}
+        core.patch_node_status(node, {"status": {"capacity": res, "allocatable": res}})
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process and its children so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def memory_mib(pid: int) -> dict[str, float]:
+    """Resident memory now (VmRSS) and at its peak (VmHWM), in MiB."""
+    out = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            out["rss_mib" if key == "VmRSS" else "peak_rss_mib"] = round(
+                int(value.split()[0]) / 1024, 1
+            )
+    return out
+
+
+def git_commit() -> str:
+    """The commit measured ("+changes" when the operator's code differs from it)."""
+    out = subprocess.run(["git", "-C", str(TOP), "rev-parse", "--short", "HEAD"],
+                         capture_output=True, text=True, check=False)  # fmt: skip
+    dirty = subprocess.run(["git", "-C", str(TOP), "diff", "--quiet", "HEAD", "--", "operator"],
+                           check=False).returncode  # fmt: skip
+    return out.stdout.strip() + ("+changes" if dirty else "")
