@@ -87,6 +87,37 @@ def trim_node(node: Obj) -> Obj:
     return node
 
 
+# What the reconcile reads of its own pods' spec (the node, and what the admission charges a
+# pod); the rest (env, volumes, probes, the image...) is what the operator wrote itself and
+# never reads back, and most of a pod's size: 8,000 untrimmed pods held 437 MiB.
+_CONTAINER_FIELDS = ("name", "resources", "restartPolicy")
+_STATUS_DROPPED = ("image", "imageID", "containerID", "allocatedResources", "volumeMounts")
+
+
+def trim_job_pod(pod: Obj) -> Obj:
+    """A pod of a job as the reconcile and the admission read it: all its metadata, its
+    status (without the containers' image ids), and of its spec the node and the containers'
+    names and resources."""
+    trim_owned(pod)
+    spec = pod.get("spec")
+    if isinstance(spec, dict):
+        pod["spec"] = {
+            "nodeName": spec.get("nodeName"),
+            **{
+                kind: [{k: c[k] for k in _CONTAINER_FIELDS if k in c} for c in spec[kind]]
+                for kind in ("containers", "initContainers")
+                if isinstance(spec.get(kind), list)
+            },
+        }
+    status = pod.get("status")
+    if isinstance(status, dict):
+        for kind in ("containerStatuses", "initContainerStatuses"):
+            for c in status.get(kind) or ():
+                for key in _STATUS_DROPPED:
+                    c.pop(key, None)
+    return pod
+
+
 def trim_owned(obj: Obj) -> Obj:
     """Our own pods and ConfigMaps: all but managedFields and the last-applied copy."""
     drop_managed_fields(obj)
@@ -154,7 +185,7 @@ class Caches:
         }
         owned: dict[str, Any] = {
             **common, "index_label": LABEL_JOB_NAME, "on_change": owned_changed,
-            "trim": trim_owned, "label_selector": LABEL_JOB_NAME,
+            "label_selector": LABEL_JOB_NAME,
         }  # fmt: skip
         scopes: list[dict[str, Any]] = [{"namespace": ns} for ns in namespaces] or [{}]
         pods_call = core.list_namespaced_pod if namespaces else core.list_pod_for_all_namespaces
@@ -173,8 +204,12 @@ class Caches:
             Informer("jobs", jobs_call, trim=trim_owned, on_change=job_changed, **common, **s)
             for s in scopes
         ]
-        self.job_pods = [Informer("job-pods", pods_call, **owned, **s) for s in scopes]
-        self.job_config_maps = [Informer("job-configmaps", cms_call, **owned, **s) for s in scopes]
+        self.job_pods = [
+            Informer("job-pods", pods_call, trim=trim_job_pod, **owned, **s) for s in scopes
+        ]
+        self.job_config_maps = [
+            Informer("job-configmaps", cms_call, trim=trim_owned, **owned, **s) for s in scopes
+        ]
         # A pod that finishes or goes leaves this set (DELETED): room freed, a pass may admit.
         self.unfinished_pods = Informer(
             "unfinished-pods", core.list_pod_for_all_namespaces, trim=trim_pod_for_capacity,

@@ -4,13 +4,21 @@ keep everything the admission and the lost-node check read."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
+
+import pytest
+from unit.operator.builders import PodBuilder, at
+from unit.operator.planning import DDP, SETTINGS, STARTING, w
 
 from dtjob_operator.admission.resources import pod_requests
 from dtjob_operator.admission.snapshot import node_view
-from dtjob_operator.caches import Caches, trim_node, trim_pod_for_capacity
+from dtjob_operator.builders.children import build_pods
+from dtjob_operator.builders.job import Job
+from dtjob_operator.caches import Caches, trim_job_pod, trim_node, trim_pod_for_capacity
 from dtjob_operator.constants import LABEL_JOB_NAME
 from dtjob_operator.informer import Informer
+from dtjob_operator.lifecycle import Observed, plan
 from dtjob_operator.policies.nodes import is_lost
 from dtjob_operator.settings import OperatorSettings
 
@@ -250,3 +258,45 @@ def test_the_admission_lists_jobs_from_the_cache_but_never_misses_a_write_or_a_d
     caches.saw_job("ns", "j", None)
     api.job = None
     assert caches.list_jobs() == [] and api.gets == 3
+
+
+def _as_created(builder: PodBuilder) -> dict[str, Any]:
+    """The pod as the operator builds it (full spec: env, volumes, probes...), carrying the
+    builder's metadata and status, plus what kubelets and the API server add."""
+    pod = builder.obj()
+    built = next(m for m in build_pods(Job.from_object(DDP.obj()), 0, SETTINGS)
+                 if m["metadata"]["name"] == pod["metadata"]["name"])  # fmt: skip
+    pod["metadata"]["managedFields"] = [{"manager": "kubelet", "fieldsV1": {"f:x": {}}}] * 5
+    for c in pod["status"].get("containerStatuses", []):
+        c.update(image="dtjob/trainer:1", imageID="sha256:" + "0" * 64, containerID="c://1")
+    return {**pod, "spec": {**built["spec"], **pod.get("spec", {})}}
+
+
+SCENARIOS: dict[str, list[PodBuilder]] = {
+    "pending": [w(0), w(1)],
+    "running": [w(0).running().ready().on_node("n1"), w(1).running().ready().on_node("n2")],
+    "one_failed": [w(0).running().ready().on_node("n1"), w(1).failed(exit_code=137)],
+    "evicted": [w(0).running().ready().on_node("n1"), w(1).evicted()],
+    "pulling": [w(0).waiting("ImagePullBackOff", "back-off pulling"), w(1)],
+}
+
+
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_the_job_pod_trim_keeps_every_decision_of_the_planner_and_the_admission(
+    scenario: str,
+) -> None:
+    full = [_as_created(b) for b in SCENARIOS[scenario]]
+    trimmed = [trim_job_pod(copy.deepcopy(p)) for p in full]
+    assert len(repr(trimmed)) < len(repr(full)) / 4  # the point of it
+
+    def planned(pods: list[dict[str, Any]]) -> Any:
+        observed = Observed(job=STARTING.obj(), pods=pods, children=frozenset(),
+                            progress=None, now=at(30), admitted=True)  # fmt: skip
+        p = plan(observed, SETTINGS)
+        return p.status, [m["metadata"]["name"] for m in p.create], p.delete_pods, p.events
+
+    assert planned(trimmed) == planned(full)
+    for t, f in zip(trimmed, full, strict=True):
+        assert pod_requests(t["spec"]) == pod_requests(f["spec"])
+        assert t["spec"].get("nodeName") == f["spec"].get("nodeName")
+        assert t["metadata"]["labels"] == f["metadata"]["labels"]
