@@ -52,7 +52,7 @@ from __future__ import annotations
 from dtjob_operator.api.spec import RunPolicy
 from dtjob_operator.api.status import TERMINAL_PHASES, JobPhase
 from dtjob_operator.api.validation import validate_job
-from dtjob_operator.builders import Job, build_pods
+from dtjob_operator.builders import Job
 from dtjob_operator.constants import (
     CONDITION_ADMITTED,
     CONDITION_FAILED,
@@ -161,7 +161,7 @@ class _Planner(PlanState):
                 REASON_DEADLINE_EXCEEDED,
                 f"the job ran longer than activeDeadlineSeconds ({seconds}s)",
             )
-        members = [m["metadata"]["name"] for m in build_pods(job, self.restarts, self.settings)]
+        members = [m["metadata"]["name"] for m in self.gang_manifests()]
         if self._prior_condition(CONDITION_RUNNING).get("reason") in CREATE_WAITS:
             # A member whose create was refused was never there to be lost: it is created
             # below, not mourned with a gang restart.
@@ -222,9 +222,7 @@ class _Planner(PlanState):
             # The admission had let it start (the executor stored that first): say it ended.
             self._condition(CONDITION_ADMITTED, False, REASON_INVALID_SPEC, "the job failed")
         plan = self._fail(REASON_INVALID_SPEC, error.describe())
-        members = [
-            m["metadata"]["name"] for m in build_pods(self.job, self.restarts, self.settings)
-        ]
+        members = [m["metadata"]["name"] for m in self.gang_manifests()]
         plan.delete_pods = sorted(set(plan.delete_pods) | set(members))
         return plan
 

@@ -72,6 +72,7 @@ class PlanState:
         self.admission: dict[str, Any] = dict(self.prior.get("admission") or {})
         self.builtin_admission = settings.admission == "builtin"
         self.storage: StorageVerdict | None = None
+        self._built: dict[int, list[Manifest]] = {}
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -145,13 +146,16 @@ class PlanState:
             if child_key(manifest) not in self.o.children:
                 self.create.append(manifest)
 
+    def gang_manifests(self) -> list[Manifest]:
+        """The pods of the current gang generation as built, once per pass and generation:
+        building them is most of a pass's time, and a pass at rest asks twice."""
+        if self.restarts not in self._built:
+            self._built[self.restarts] = build_pods(self.job, self.restarts, self.settings)
+        return self._built[self.restarts]
+
     def _missing_pods(self) -> list[Manifest]:
         existing = {name_of(p) for p in self.o.pods}
-        return [
-            m
-            for m in build_pods(self.job, self.restarts, self.settings)
-            if m["metadata"]["name"] not in existing
-        ]
+        return [m for m in self.gang_manifests() if m["metadata"]["name"] not in existing]
 
     def _lost_with_node(self) -> set[str]:
         """Pods whose node is NotReady, Unknown, gone or out of service."""
