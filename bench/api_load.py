@@ -131,8 +131,9 @@ def main() -> None:
     parser.add_argument("--admission", choices=["builtin", "external"], default="builtin")
     parser.add_argument("--label", default="latest", help="key of this run in the results")
     args = parser.parse_args()
+    commit = git_commit()  # what the operator runs: the tree may change during the run
     result = measure(args)
-    result["operator_commit"] = git_commit()
+    result["operator_commit"] = commit
     result["measured_at"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     result["command"] = "python bench/api_load.py " + shlex.join(sys.argv[1:])
     result["machine"] = {

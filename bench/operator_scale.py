@@ -148,6 +148,7 @@ def main() -> None:
     core = client.CoreV1Api(api)
     install_crd(api)
     former_slots = set_node_pod_slots(core, "1000")
+    commit = git_commit()  # what the operator runs: the tree may change during the run
     log = Path(tempfile.mkdtemp()) / "operator.log"
     op = OperatorProcess(
         kubeconfig, log, {"DTJOB_LOG_LEVEL": "WARNING", "DTJOB_ADMISSION": args.admission}
@@ -163,7 +164,7 @@ def main() -> None:
     finally:
         op.stop()
         restore_node_pod_slots(core, former_slots)
-    results["operator_commit"] = git_commit()
+    results["operator_commit"] = commit
     results["measured_at"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     results["command"] = "python bench/operator_scale.py " + shlex.join(sys.argv[1:])
     results["machine"] = {
