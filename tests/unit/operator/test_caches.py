@@ -5,6 +5,7 @@ keep everything the admission and the lost-node check read."""
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import pytest
@@ -300,3 +301,22 @@ def test_the_job_pod_trim_keeps_every_decision_of_the_planner_and_the_admission(
         assert pod_requests(t["spec"]) == pod_requests(f["spec"])
         assert t["spec"].get("nodeName") == f["spec"].get("nodeName")
         assert t["metadata"]["labels"] == f["metadata"]["labels"]
+
+
+def test_cached_objects_share_their_keys_and_short_strings_and_stay_equal() -> None:
+    informer = Informer("job-pods", lambda **_: None, index_label=LABEL_JOB_NAME)
+    informer.synced.set()
+    long_message = "x" * 500
+    for name in ("a", "b"):  # each event parsed on its own: equal strings, distinct objects
+        event = json.loads(json.dumps({"type": "ADDED", "object": {
+            **pod(name, "1"), "status": {"phase": "Running", "message": long_message},
+        }}))  # fmt: skip
+        watch(informer, event["type"], event["object"])
+    a, b = informer.get("ns", "a"), informer.get("ns", "b")
+    assert a is not None and b is not None
+    assert a == {**pod("a", "1"), "status": {"phase": "Running", "message": long_message}}
+    key_a = next(k for k in a["status"] if k == "phase")
+    key_b = next(k for k in b["status"] if k == "phase")
+    assert key_a is key_b and a["status"]["phase"] is b["status"]["phase"]
+    assert a["metadata"]["labels"][LABEL_JOB_NAME] is b["metadata"]["labels"][LABEL_JOB_NAME]
+    assert a["status"]["message"] is not b["status"]["message"]  # long: not worth sharing
