@@ -4,7 +4,11 @@ the cache."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
+
+from unit.operator.builders import a_job
 
 from dtjob_operator.admission.controller import AdmissionBook, AdmissionController
 from dtjob_operator.metrics import OperatorMetrics
@@ -16,10 +20,11 @@ class Source:
 
     def __init__(self) -> None:
         self.job_lists = 0
+        self.jobs: list[Any] = []
 
     def list_jobs(self, namespaces: list[str] | None = None) -> list[Any]:
         self.job_lists += 1
-        return []
+        return list(self.jobs)
 
     def list_all_pods(self) -> list[Any]:
         return []
@@ -53,3 +58,39 @@ def test_jobs_come_from_the_api_server_on_a_first_pass_and_from_the_cache_after(
     controller.run_pass()
     controller.run_pass()
     assert (api.job_lists, cache.job_lists) == (2, 3)
+
+
+def test_timer_passes_run_only_while_a_job_waits() -> None:
+    api, cache = Source(), Source()
+    settings = OperatorSettings(resync_seconds=0.05, admission_min_interval_seconds=0)
+    controller = AdmissionController(
+        api,  # type: ignore[arg-type]
+        settings,
+        OperatorMetrics(),
+        AdmissionBook(),
+        enqueue=lambda key: None,
+        reads=cache,
+    )
+
+    def passes() -> int:
+        return api.job_lists + cache.job_lists
+
+    def until(condition: Callable[[], bool]) -> bool:
+        deadline = time.monotonic() + 20  # generous: a loaded machine
+        while not condition() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return condition()
+
+    controller.start()
+    try:
+        assert until(lambda: passes() == 1)
+        time.sleep(0.5)  # ten timer periods
+        assert passes() == 1  # nothing waits, so the timer's passes are skipped
+        controller.request()
+        assert until(lambda: passes() == 2)  # asked for: runs
+        # A job that cannot fit (no nodes) waits: the timer's passes go on.
+        cache.jobs = [a_job().with_workers(1, gpus=1).obj()]
+        controller.request()
+        assert until(lambda: passes() >= 6)
+    finally:
+        controller.stop()
