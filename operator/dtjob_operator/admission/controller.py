@@ -2,10 +2,10 @@
 
 One thread runs passes, one at a time (decisions are serialised), whenever something that
 can change them happens (a job waits, a job stops, a quota changes) and, while a job waits,
-at least every `resync_seconds`; bursts of requests share one pass. A pass reads the jobs (their status
-holds the admissions, so an operator restart needs no state), unfinished pods, nodes,
-ResourceQuotas and PriorityClasses from the watch-backed caches (caches.py); the first pass
-of a new leader lists the jobs from the API server.
+at least every `resync_seconds`; bursts of requests share one pass. A pass reads the jobs
+(their status holds the admissions, so an operator restart needs no state), unfinished
+pods, nodes, ResourceQuotas and PriorityClasses from the watch-backed caches (caches.py);
+the first pass of a new leader lists the jobs from the API server.
 
 Verdicts go into the AdmissionBook; the per-job reconcile reads it (admitted? position?
 preempted?) and writes the job's status, so the status has one writer. The book also keeps
