@@ -13,7 +13,7 @@ import kopf
 
 from dtjob_operator import handlers
 from dtjob_operator.health import serve_liveness
-from dtjob_operator.k8s import KubeApi, load_client_config
+from dtjob_operator.k8s import KubeApi, load_client_config, request_kind
 from dtjob_operator.leader import LeaderElector
 from dtjob_operator.metrics import OperatorMetrics
 from dtjob_operator.ratelimit import TokenBucket
@@ -71,6 +71,9 @@ def main() -> None:
         api, settings, OperatorMetrics(), elector.is_leader if elector else lambda: True
     )
     api_client.on_recovered = reconciler.on_api_recovered
+    api_client.on_request = lambda method, url: reconciler.metrics.api_requests.labels(
+        *request_kind(method, url)
+    ).inc()
     reconciler.start(settings.workers)
     if settings.metrics_port:
         reconciler.metrics.serve(settings.metrics_port)

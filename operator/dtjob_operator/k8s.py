@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, cast
+from urllib.parse import urlsplit
 
 import urllib3
 from kubernetes import client, config
@@ -141,6 +142,7 @@ class GuardedApiClient(client.ApiClient):
         self.request_timeout = timeout
         self.limiter = limiter
         self.may_write: Callable[[], bool] = lambda: True
+        self.on_request: Callable[[str, str], None] = lambda _method, _url: None
         self.on_recovered: Callable[[float], None] = lambda _seconds: None
         self._lock = threading.Lock()
         self._unreachable_since: float | None = None
@@ -158,6 +160,7 @@ class GuardedApiClient(client.ApiClient):
             raise NotLeaderError(f"{method} {url.split('?')[0]}: this replica does not lead")
         if self.limiter is not None and not _is_lease_url(url):
             self.limiter.acquire()
+        self.on_request(method, url)
         try:
             resp = super().call_api(
                 method, url, header_params, body, post_params,
@@ -180,6 +183,28 @@ class GuardedApiClient(client.ApiClient):
             threading.Thread(
                 target=self.on_recovered, args=(down,), name="api-recovered", daemon=True
             ).start()
+
+
+def request_kind(method: str, url: str) -> tuple[str, str]:
+    """(verb, resource) of a request as the API server's metrics name them: GET of a
+    collection is LIST, `watch=` makes it WATCH; the resource is the path's plural after the
+    namespace (`pods`, `distributedtrainingjobs`, `pods/eviction`), "(non-resource)" else."""
+    split = urlsplit(url)
+    path, query = split.path, split.query
+    parts = [p for p in path.split("/") if p]
+    # /api/v1/... or /apis/<group>/<version>/...: what follows is the resource path.
+    rest = parts[2:] if parts[:1] == ["api"] else parts[3:] if parts[:1] == ["apis"] else []
+    if len(rest) > 2 and rest[0] == "namespaces":
+        rest = rest[2:]
+    if not rest:
+        return method, "(non-resource)"
+    resource = rest[0] + (f"/{rest[2]}" if len(rest) > 2 else "")
+    named = len(rest) > 1
+    if method == "GET" and "watch=" in query and query.split("watch=")[1][:1] in "tT1":
+        return "WATCH", resource
+    if method == "GET" and not named:
+        return "LIST", resource
+    return method, resource
 
 
 def _is_lease_url(url: str) -> bool:

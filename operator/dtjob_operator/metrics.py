@@ -32,6 +32,14 @@ class OperatorMetrics:
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
             registry=self.registry,
         )
+        # Every request of the operator's API client (kopf's own watches aside), WATCH apart:
+        # what the operator costs the API server (verb x resource: a bounded set).
+        self.api_requests = Counter(
+            "dtjob_api_requests",
+            "Requests the operator's API client sent, by verb and resource",
+            ["verb", "resource"],
+            registry=self.registry,
+        )
         # Gang admission (docs/admission.md).
         self.queued = Gauge(
             "dtjob_admission_queued_jobs",

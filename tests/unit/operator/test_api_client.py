@@ -11,7 +11,13 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from dtjob_operator.k8s import GuardedApiClient, KubeApi, NotLeaderError, is_transport_error
+from dtjob_operator.k8s import (
+    GuardedApiClient,
+    KubeApi,
+    NotLeaderError,
+    is_transport_error,
+    request_kind,
+)
 
 
 def make_client(port: int, timeout: tuple[float, float] = (1.0, 1.0)) -> GuardedApiClient:
@@ -128,3 +134,36 @@ def test_the_first_answer_after_an_outage_fires_on_recovered(silent_server: int)
     assert recovered.wait(5) and len(downtimes) == 1 and downtimes[0] >= 0
     t.join()
     srv.close()
+
+
+@pytest.mark.parametrize(
+    ("method", "url", "kind"),
+    [
+        (
+            "GET",
+            "https://h/api/v1/namespaces/ns/pods?labelSelector=a%3Db&limit=500",
+            ("LIST", "pods"),
+        ),
+        ("GET", "https://h/api/v1/pods?watch=True&resourceVersion=5", ("WATCH", "pods")),
+        ("GET", "https://h/api/v1/namespaces/ns/pods/p-0", ("GET", "pods")),
+        ("POST", "https://h/api/v1/namespaces/ns/pods", ("POST", "pods")),
+        ("POST", "https://h/api/v1/namespaces/ns/pods/p/eviction", ("POST", "pods/eviction")),
+        (
+            "PATCH",
+            "https://h/apis/dtjob.io/v1alpha1/namespaces/ns/distributedtrainingjobs/j/status",
+            ("PATCH", "distributedtrainingjobs/status"),
+        ),
+        (
+            "GET",
+            "https://h/apis/dtjob.io/v1alpha1/distributedtrainingjobs?limit=500",
+            ("LIST", "distributedtrainingjobs"),
+        ),
+        ("GET", "https://h/api/v1/nodes", ("LIST", "nodes")),
+        ("GET", "https://h/api/v1/namespaces/ns", ("GET", "namespaces")),
+        ("GET", "https://h/version", ("GET", "(non-resource)")),
+    ],
+)
+def test_requests_are_named_as_the_api_servers_metrics_name_them(
+    method: str, url: str, kind: tuple[str, str]
+) -> None:
+    assert request_kind(method, url) == kind
