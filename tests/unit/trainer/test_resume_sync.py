@@ -4,8 +4,9 @@ training of the global batch (fp64, 1e-10), the losses of the resumed steps incl
 
 Adam (two moment buffers per parameter) makes a resume that dropped the optimizer state
 diverge at once, and a resume from step 0 shows in `start_step` and in the loss count.
-DataParallel, FSDP and CPUOffload are in test_resume.py; TensorParallel, PipeDream(2BW)
-and EASGDRoundRobin in their own modules.
+EASGD without ps ranks is compared with an uninterrupted run instead. DataParallel, FSDP
+and CPUOffload are in test_resume.py; TensorParallel, PipeDream(2BW) and EASGDRoundRobin
+in their own modules; the asynchronous modes in test_resume_async.py.
 """
 
 from __future__ import annotations
@@ -87,3 +88,36 @@ def test_sigterm_then_resume_equals_single_process(case: str, tmp_path: Path) ->
     ref = reference_run(spec)
     assert_losses_close(resumed.result["losses"], ref.losses[stopped_at:], "fp64")
     assert_params_close(resumed.result["params"], ref.params, "fp64")
+
+
+def test_sync_easgd_resume_equals_an_uninterrupted_run(tmp_path: Path) -> None:
+    """EASGD without ps ranks runs in the shared loop and is deterministic, but it is not
+    single-process training: the yardstick is an uninterrupted run. Its checkpoint holds the
+    centre and every worker's W_i with its optimizer state (momentum here), all restored."""
+    spec = a_spec(
+        "ParameterServer",
+        strategy_extra={"parameterServer": {"mode": "EASGD", "rho": 2.0, "tau": 2}},
+        **{**TRAINER, "optimizer": {"type": "SGD", "lr": 0.05, "momentum": 0.9}},
+    )
+    uninterrupted = launch(spec, tmp_path, name="uninterrupted")
+    assert uninterrupted.rc == 0, uninterrupted.output
+    assert uninterrupted.result is not None
+
+    stopped = stop_after_checkpoint(spec, tmp_path)
+    assert stopped.rc == EXIT_PREEMPTED, stopped.output
+    saved = Checkpointer(stopped.checkpoint_dir).load_latest()
+    assert saved is not None and 0 < saved.step < STEPS
+    assert len(saved.state["workers"]) == 2
+
+    resumed = launch(spec, tmp_path)
+    assert resumed.rc == 0, resumed.output
+    assert resumed.result is not None
+    assert resumed.result["start_step"] == saved.step
+    want = uninterrupted.result
+    assert_losses_close(resumed.result["losses"], want["losses"][saved.step :], "fp64")
+    assert_params_close(resumed.result["params"], want["params"], "fp64")  # the centre
+    mine = Checkpointer(resumed.checkpoint_dir).load_latest()
+    theirs = Checkpointer(uninterrupted.checkpoint_dir).load_latest()
+    assert mine is not None and theirs is not None and mine.step == theirs.step == STEPS
+    for got, expected in zip(mine.state["workers"], theirs.state["workers"], strict=True):
+        assert_params_close(got["model"], expected["model"], "fp64")
