@@ -3,14 +3,15 @@
 `a_spec(...)` builds a job spec (fluent keyword overrides); `launch(...)` runs
 `python -m dtjob_trainer launch` and returns its exit code, output and the RunResult that
 rank 0 saved; `start_launch(...)` returns the running process for signal tests;
-`trainer_env(...)` is the contract environment of one process for tests that start `run`
-processes themselves.
+`stop_after_checkpoint(...)` SIGTERMs a launch once it has checkpointed; `trainer_env(...)`
+is the contract environment of one process for tests that start `run` processes themselves.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -128,6 +129,17 @@ def launch(
 ) -> Outcome:
     """Run a launch to the end."""
     return finish(*start_launch(spec, workdir, *args, name=name), timeout=timeout)
+
+
+def stop_after_checkpoint(
+    spec: dict[str, Any], workdir: Path, marker: str = "latest", name: str = "job"
+) -> Outcome:
+    """Start a launch, SIGTERM it once `marker` (a path under its checkpoint directory, by
+    default the `latest` pointer of full and sharded checkpoints) exists, and wait for it."""
+    proc, ckpt, result = start_launch(spec, workdir, name=name)
+    wait_for(lambda: (ckpt / marker).exists() or proc.poll() is not None, 180, "a checkpoint")
+    proc.send_signal(signal.SIGTERM)
+    return finish(proc, ckpt, result)
 
 
 def wait_for(predicate: Any, timeout: float, what: str) -> None:

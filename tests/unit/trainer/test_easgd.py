@@ -93,7 +93,7 @@ def elastic_run(
     if form == "sync":
         out["centre"] = centre.values
     else:
-        client.stop()
+        client.stop(steps)
         if rank == 0:
             out["centre"], out["applied"] = client.final()
     return out

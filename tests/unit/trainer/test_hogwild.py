@@ -96,7 +96,7 @@ def exchange_deltas(rank: int, world: int) -> list[float]:
     dist.barrier(group=workers)
     if rank == 0:  # nothing changed locally: only adopts worker 1's change
         base = push_delta(client, model, base, 2)
-    client.stop()
+    client.stop(2)
     dist.barrier()
     assert torch.equal(base, model.weight.detach().reshape(-1))
     return model.weight.detach().reshape(-1).tolist()

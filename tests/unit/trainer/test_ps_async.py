@@ -94,7 +94,7 @@ def push_deltas(rank: int, world: int) -> dict[str, Any]:
     for step in range(1, PUSHES[rank] + 1):
         reply = client.exchange(Kind.DELTA, step, torch.full((NUMEL,), float(rank + 1)))
         replies.append(reply[0].item())
-    client.stop()
+    client.stop(PUSHES[rank])
     out: dict[str, Any] = {"requests": client.requests, "replies": replies}
     if rank == 0:
         out["final"], out["applied"] = client.final()

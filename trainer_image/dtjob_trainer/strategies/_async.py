@@ -116,12 +116,14 @@ def run_ps_rank(
     )
     restored = _restore_shard(checkpoints, server, (start, end, initial.numel()))
     every = ctx.cfg.checkpoint.every_steps * lay.n_workers
-    saved_at = -1
+    saved_at: tuple[int, dict[int, int]] | None = None
     saved_on_stop = False
 
     def save() -> None:
         nonlocal saved_at
-        if saved_at == state.applied:
+        # STOP requests change the workers' steps without applying an update: the final
+        # save must still record them, or restarted workers would redo their last steps.
+        if saved_at == (state.applied, state.worker_steps):
             return
         payload: dict[str, Any] = {
             "shard": state.values.detach().clone(),
@@ -131,7 +133,7 @@ def run_ps_rank(
             "worker_steps": dict(state.worker_steps),
         }
         checkpoints.save(state.applied, name, ctx.world_size, payload)
-        saved_at = state.applied
+        saved_at = (state.applied, dict(state.worker_steps))
 
     def after_update(st: ShardState) -> None:
         nonlocal saved_on_stop
@@ -269,7 +271,7 @@ class WorkerSession:
         """Tell the servers this worker is done; rank 0 evaluates the final parameters.
         `pushed` counts this worker's parameter-changing requests (each went to every PS
         rank)."""
-        self.client.stop()
+        self.client.stop(step)
         result = RunResult(strategy=self.name, steps=step, start_step=self.start_step)
         if self.ctx.rank == 0:
             flat, _ = self.client.final()

@@ -18,8 +18,12 @@ Request kinds and what the PS rank does with the payload:
 - ELASTIC (asynchronous EASGD): the worker's parameters W_i; the centre moves by
   alpha * (W_i - W_bar) and the reply is the centre from before the move, so worker and centre
   use the same difference and W_i + W_bar is conserved.
-- STOP: the worker is done (no reply). When every worker has stopped, the PS rank sends its
-  final shard to rank 0 (kind FINAL), which evaluates the model.
+- STOP: the worker is done (no reply); the step slot is the step it stopped at, which the PS
+  rank records as where the worker resumes. When every worker has stopped, the PS rank sends
+  its final shard to rank 0 (kind FINAL), which evaluates the model.
+
+The step a request carries is the step the worker resumes from once the request is applied
+(the steps it has completed), so a restart never sends the same update twice.
 """
 
 from __future__ import annotations
@@ -148,6 +152,10 @@ def serve(
         kind = Kind(int(request[0].item()))
         step = _get_count(request)
         if kind is Kind.STOP:
+            # Where the worker really stopped: with local steps after its last update
+            # (EASGD between exchanges, a Hogwild pod's final push) the last request's step
+            # is behind it, and a restart from there would redo them.
+            server.state.worker_steps[src] = step
             stopped.add(src)
             continue
         payload = server.handle(kind, src, step, request[HEADER:])
@@ -222,12 +230,12 @@ class PSClient:
         flat = self.exchange(Kind.PULL, 0)
         return flat, min(self.last_steps)
 
-    def stop(self) -> None:
-        """Tell every PS rank that this worker is done."""
+    def stop(self, step: int) -> None:
+        """Tell every PS rank that this worker is done, at `step` (steps completed)."""
         works = []
         for ps, (out, _) in zip(self.ps_ranks, self._buffers, strict=True):
             out[0] = float(Kind.STOP)
-            _put_count(out, 0)
+            _put_count(out, step)
             works.append(dist.isend(out, dst=ps, group=self.group))
         for work in works:
             if work is not None:

@@ -210,7 +210,9 @@ def _run_async(ctx: RunContext) -> RunResult:
     def exchange(w: torch.Tensor, s: int) -> torch.Tensor:
         nonlocal pushed
         pushed += 1
-        return session.client.exchange(Kind.ELASTIC, s, w)
+        # Recorded as s + 1: once the centre has moved, step s's exchange is done, and a
+        # worker restarted at s (after a kill with no STOP) would move the centre twice.
+        return session.client.exchange(Kind.ELASTIC, s + 1, w)
 
     while step < cfg.steps and not ctx.stop.is_set():
         ctx.seed_step(step)

@@ -67,6 +67,30 @@ class HogwildTask:
     optimizer: OptimizerConfig
 
 
+@dataclass(frozen=True)
+class StopAlignment:
+    """Shared by a pod's processes and its rank, so that a stopped pod's processes all stop
+    at the same step. The pod checkpoints (or its PS ranks record) ONE step per pod, from
+    which every process resumes: a process stopped ahead of it would train its extra
+    steps a second time after the restart, one stopped behind it would skip steps."""
+
+    parked: torch.Tensor
+    """int64 [K]: 1 once process j has seen the stop at a step boundary and waits."""
+    stop_at: torch.Tensor
+    """int64 [1]: -1 until the rank has seen every process parked (or exited), then the
+    step every process stops at (the furthest one's)."""
+
+    def park_or_stop(self, index: int, step: int, parent: int) -> bool:
+        """At the boundary before `step`, after the stop: wait for the common stop step;
+        True when this process has reached it."""
+        self.parked[index] = 1
+        while int(self.stop_at[0].item()) < 0:
+            if os.getppid() != parent:
+                return True
+            time.sleep(POLL_SECONDS / 10)
+        return step >= int(self.stop_at[0].item())
+
+
 def hogwild_process(
     task: HogwildTask,
     model: nn.Module,
@@ -75,11 +99,13 @@ def hogwild_process(
     counters: torch.Tensor,
     losses: torch.Tensor,
     stop: Event,
+    align: StopAlignment | None = None,
 ) -> None:
     """Train the shared `model` in place, without locks, for steps start .. steps-1.
 
     `counters[index]` counts this process's updates and `losses[index]` holds its latest
-    loss (both shared with the supervising rank)."""
+    loss (both shared with the supervising rank). Once `stop` is set the process stops at
+    its next step boundary, or with `align` at the step its rank picks for all of them."""
     torch.set_num_threads(1)  # K processes share the pod's cores
     optimizer = build_optimizer(model.parameters(), task.optimizer)
     n = x.shape[0]
@@ -87,7 +113,9 @@ def hogwild_process(
     for step in range(task.start, task.steps):
         # A supervising rank that died without setting `stop` (os._exit skips the clean-up
         # of daemon processes) must not leave its processes training on their own.
-        if stop.is_set() or os.getppid() != parent:
+        if os.getppid() != parent:
+            break
+        if stop.is_set() and (align is None or align.park_or_stop(task.index, step, parent)):
             break
         idx = shard(
             global_batch_indices(step, task.batch_size, n, task.seed), task.part, task.parts
@@ -120,6 +148,10 @@ class HogwildPod:
         self.losses = _shared(torch.full((k,), float("nan"), dtype=torch.float64))
         spawn = mp.get_context("spawn")
         self.stop_event = spawn.Event()
+        self.align = StopAlignment(
+            _shared(torch.zeros(k, dtype=torch.int64)),
+            _shared(torch.full((1,), -1, dtype=torch.int64)),
+        )
         data = ctx.data
         x = _shared(data.x_train.to(ctx.device))
         y = _shared(data.y_train.to(ctx.device))
@@ -143,6 +175,7 @@ class HogwildPod:
                     self.counters,
                     self.losses,
                     self.stop_event,
+                    self.align,
                 ),
                 daemon=True,
             )
@@ -153,6 +186,18 @@ class HogwildPod:
         """Start the processes."""
         for p in self.procs:
             p.start()
+
+    def request_stop(self) -> None:
+        """Stop the processes at a common step: call until they have all stopped. Once
+        every live process is parked at a step boundary (none can move on), the furthest
+        one's step is where all of them stop; a finished process counts as at the end."""
+        self.stop_event.set()
+        if int(self.align.stop_at[0].item()) >= 0:
+            return
+        for j, p in enumerate(self.procs):
+            if p.is_alive() and not int(self.align.parked[j].item()):
+                return
+        self.align.stop_at[0] = self.start + int(self.counters.max().item())
 
     def running(self) -> bool:
         """Some process is still training."""
@@ -240,7 +285,7 @@ def run(ctx: RunContext) -> RunResult:
     while pod.running():
         time.sleep(POLL_SECONDS)
         if ctx.stop.is_set():
-            pod.stop_event.set()
+            pod.request_stop()
         if session and pod.updates() - synced_at >= k:
             synced_at = pod.updates()
             base = push_delta(session.client, model, base, pod.step())
@@ -253,6 +298,15 @@ def run(ctx: RunContext) -> RunResult:
             local.save_if_due(step)
     pod.join()
     step = pod.step()
+    # Each process made step - start updates (the stop is aligned): the resume tests check
+    # this line against the steps recorded.
+    log.info(
+        "Hogwild processes of rank %d made %d updates (steps %d to %d each)",
+        ctx.rank,
+        pod.updates(),
+        start,
+        step,
+    )
     if session:
         push_delta(session.client, model, base, step)
         pushed += 1
@@ -266,8 +320,6 @@ def run(ctx: RunContext) -> RunResult:
         if ctx.stop.is_set():
             raise Preempted(f"stopped by SIGTERM after step {step}; checkpoint written")
         progress.finish(name, step, result)
-    if ctx.rank == 0:
-        log.info("Hogwild processes of rank 0 made %d updates", pod.updates())
     return result
 
 
