@@ -105,8 +105,8 @@ def rank_layout(spec: DistributedTrainingJobSpec) -> RankLayout:
 def resolve_backend(spec: DistributedTrainingJobSpec) -> str:
     """nccl or gloo. `auto` looks at the job's largest GPU count, not the pod's own, so that
     every rank of a gang picks the same backend. Parameter servers talk c10d point-to-point
-    between GPU workers and CPU servers, which only gloo supports, so auto is gloo there; so is
-a pipeline with CPU stage groups (roles.stage.groups), for its CPU-GPU sends."""
+    between GPU workers and CPU servers, which only gloo supports, so auto is gloo there;
+    so is a pipeline with CPU stage groups (roles.stage.groups), for its CPU-GPU sends."""
     backend = BackendType(spec.strategy.backend)
     if backend != BackendType.AUTO:
         return backend.value

@@ -31,12 +31,24 @@ def hetero(*groups: dict[str, Any], strategy: str = "Pipeline", **extra: Any) ->
 GOOD = hetero(CPU, GPU)
 
 STAGE_GROUP_BAD: list[tuple[dict[str, Any], str, str]] = [
-    (hetero(CPU, GPU, strategy="Hybrid"), "spec.roles.stage.groups",
-     "only allowed with strategy Pipeline or ModelParallel"),
-    (hetero(CPU, GPU, strategy__pipeline={"schedule": "Interleaved1F1B", "microbatches": 4}),
-     "spec.roles.stage.groups", "Interleaved1F1B"),
-    (hetero({**CPU, "blocks": 1}, {**GPU, "blocks": 2}), "spec.roles.stage.groups",
-     "must add up to the model's blocks"),
-    (hetero(CPU, GPU, strategy__backend="nccl"), "spec.strategy.backend",
-     "nccl cannot reach the ranks of CPU stage groups"),
+    (
+        hetero(CPU, GPU, strategy="Hybrid"),
+        "spec.roles.stage.groups",
+        "only allowed with strategy Pipeline or ModelParallel",
+    ),
+    (
+        hetero(CPU, GPU, strategy__pipeline={"schedule": "Interleaved1F1B", "microbatches": 4}),
+        "spec.roles.stage.groups",
+        "Interleaved1F1B",
+    ),
+    (
+        hetero({**CPU, "blocks": 1}, {**GPU, "blocks": 2}),
+        "spec.roles.stage.groups",
+        "must add up to the model's blocks",
+    ),
+    (
+        hetero(CPU, GPU, strategy__backend="nccl"),
+        "spec.strategy.backend",
+        "nccl cannot reach the ranks of CPU stage groups",
+    ),
 ]

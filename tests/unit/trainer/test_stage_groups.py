@@ -130,7 +130,7 @@ def test_balance_is_optimal_against_brute_force() -> None:
         got = balance_blocks(costs, s)
         assert sum(got) == n and min(got) >= 1
 
-        def bottleneck(sizes: list[int]) -> float:
+        def bottleneck(sizes: list[int], costs: list[float] = costs) -> float:
             out, i = 0.0, 0
             for k in sizes:
                 out, i = max(out, sum(costs[i : i + k])), i + k

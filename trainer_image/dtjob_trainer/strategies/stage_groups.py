@@ -59,7 +59,7 @@ class GroupStage(PipeDreamStage):
 
     def _weights(self, version: int) -> list[torch.Tensor]:
         if version not in self.store and version == self.live_version:
-            return self.params
+            return list(self.params)
         return super()._weights(version)
 
 
