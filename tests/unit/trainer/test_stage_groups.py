@@ -21,7 +21,7 @@ from unit.trainer.reference import assert_losses_close, assert_params_close, ref
 
 from dtjob_trainer.errors import EXIT_CONFIG
 from dtjob_trainer.strategies.pipedream_schedule import Op
-from dtjob_trainer.strategies.stage_balance import balance_blocks
+from dtjob_trainer.strategies.stage_balance import balance_blocks, balance_blocks_by_stage
 from dtjob_trainer.strategies.stage_groups import flush_actions
 
 ADAM = {"type": "Adam", "lr": 0.01}
@@ -146,3 +146,37 @@ def test_balance_is_optimal_against_brute_force() -> None:
 def test_balance_refuses_impossible_splits() -> None:
     with pytest.raises(ValueError, match="cannot split"):
         balance_blocks([1.0, 1.0], 3)
+
+
+def test_balance_by_stage_gives_the_faster_device_more_blocks() -> None:
+    # A CPU stage 4x slower than the GPU stage on every block: 8 equal blocks split 1 / 7
+    # (CPU 1 x 4 = 4, GPU 7 x 1 = 7), not 4 / 4 (CPU 16) nor 2 / 6 (CPU 8).
+    cpu, gpu = [4.0] * 8, [1.0] * 8
+    assert balance_blocks_by_stage([cpu, gpu]) == [1, 7]
+    assert balance_blocks_by_stage([gpu, cpu]) == [7, 1]
+    assert balance_blocks_by_stage([gpu, gpu]) == [4, 4]
+
+
+def test_balance_by_stage_is_optimal_against_brute_force() -> None:
+    import itertools
+    import random
+
+    rng = random.Random(1)
+    for _ in range(40):
+        n = rng.randint(2, 7)
+        s = rng.randint(1, n)
+        table = [[rng.random() for _ in range(n)] for _ in range(s)]
+        got = balance_blocks_by_stage(table)
+        assert sum(got) == n and min(got) >= 1
+
+        def bottleneck(sizes: list[int], table: list[list[float]] = table) -> float:
+            out, i = 0.0, 0
+            for stage, k in enumerate(sizes):
+                out, i = max(out, sum(table[stage][i : i + k])), i + k
+            return out
+
+        best = min(
+            bottleneck([b - a for a, b in zip((0, *cuts), (*cuts, n), strict=True)])
+            for cuts in itertools.combinations(range(1, n), s - 1)
+        )
+        assert bottleneck(got) == pytest.approx(best, abs=1e-12)

@@ -4,10 +4,10 @@ GPUs), so a model larger than the GPUs' memory trains without sharding.
 
 Each stage pod runs one process on its group's device (a GPU when the group has one, else
 the CPU) and holds `blocks` of the model's blocks (its group's, else a split balanced by
-measured block times, stage_balance.py). Activations and gradients go between neighbouring
-stages over c10d point-to-point; with CPU groups the job's backend is gloo, which moves
-host memory only, so a GPU stage sends and receives through host copies (the driver's
-`wire` device).
+block times measured on each stage's own device, stage_balance.py). Activations and
+gradients go between neighbouring stages over c10d point-to-point; with CPU groups the
+job's backend is gloo, which moves host memory only, so a GPU stage sends and receives
+through host copies (the driver's `wire` device).
 
 Two forms, both on the PipeDream driver (pipedream_stage.py) and the shared training loop:
 
@@ -25,19 +25,19 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from dtjob_trainer.config import PipelineSchedule, Precision, StrategyType, TrainerConfig
 from dtjob_trainer.context import RunContext, RunResult
 from dtjob_trainer.data import batch
-from dtjob_trainer.dist import broadcast_object
 from dtjob_trainer.errors import ConfigError
 from dtjob_trainer.models import loss_fn
 from dtjob_trainer.optim import build_optimizer
 from dtjob_trainer.strategies.pipedream import ASYNC_SCHEDULES, check_async_plan, run_pipedream
 from dtjob_trainer.strategies.pipedream_schedule import Action, Op, one_f_one_b_order
 from dtjob_trainer.strategies.pipedream_stage import PipeDreamStage
-from dtjob_trainer.strategies.stage_balance import balance_blocks, measure_block_costs
+from dtjob_trainer.strategies.stage_balance import balance_blocks_by_stage, measure_block_costs
 
 FIELD = "roles.stage.groups"
 log = logging.getLogger(__name__)
@@ -121,19 +121,17 @@ def stage_device(cfg: TrainerConfig, stage: int) -> torch.device:
     return torch.device("cuda", torch.cuda.current_device())
 
 
-def balanced_sizes(ctx: RunContext, model: nn.Sequential, stages: int) -> list[int]:
-    """Rank 0 measures each block's forward + backward on one micro-batch and splits by
-    the measured times; every rank adopts its split (measurements differ per process)."""
-    sizes: list[int] | None = None
-    if ctx.rank == 0:
-        cfg = ctx.cfg
-        micro = max(1, cfg.trainer.batch_size // cfg.strategy.pipeline.microbatches)
-        x, _ = batch(ctx.data, 0, micro, cfg.trainer.seed)
-        costs = measure_block_costs(list(model.children()), x)
-        sizes = balance_blocks(costs, stages)
-    result = broadcast_object(sizes)
-    assert isinstance(result, list)
-    return [int(v) for v in result]
+def balanced_sizes(ctx: RunContext, model: nn.Sequential, device: torch.device) -> list[int]:
+    """Every stage times a forward + backward of each block on one micro-batch on its own
+    device; the split minimises the slowest stage by those times (a GPU stage takes more
+    blocks than a CPU one). All ranks compute the same split from the gathered times."""
+    cfg = ctx.cfg
+    micro = max(1, cfg.trainer.batch_size // cfg.strategy.pipeline.microbatches)
+    x, _ = batch(ctx.data, 0, micro, cfg.trainer.seed)
+    mine = measure_block_costs(list(model.children()), x, device)
+    everyone: list[list[float] | None] = [None] * ctx.world_size
+    dist.all_gather_object(everyone, mine)
+    return balance_blocks_by_stage([c or [] for c in everyone])
 
 
 def _autocast(cfg: TrainerConfig, device: torch.device) -> Callable[[], object] | None:
@@ -149,8 +147,8 @@ def run(ctx: RunContext) -> RunResult:
     model = ctx.build_model()
     blocks = len(list(model.children()))
     check_groups(cfg, blocks)
-    sizes = configured_blocks(cfg) or balanced_sizes(ctx, model, n)
     device = stage_device(cfg, rank)
+    sizes = configured_blocks(cfg) or balanced_sizes(ctx, model, device)
     module = split_blocks(model, sizes)[rank].to(device)
     optimizer = build_optimizer(list(module.parameters()), cfg.trainer.optimizer)
     # gloo moves host memory only: a GPU stage sends and receives through the CPU.
