@@ -105,13 +105,20 @@ def rank_layout(spec: DistributedTrainingJobSpec) -> RankLayout:
 def resolve_backend(spec: DistributedTrainingJobSpec) -> str:
     """nccl or gloo. `auto` looks at the job's largest GPU count, not the pod's own, so that
     every rank of a gang picks the same backend. Parameter servers talk c10d point-to-point
-    between GPU workers and CPU servers, which only gloo supports, so auto is gloo there."""
+    between GPU workers and CPU servers, which only gloo supports, so auto is gloo there;
+    so is a pipeline with CPU stage groups (roles.stage.groups), for its CPU-GPU sends."""
     backend = BackendType(spec.strategy.backend)
     if backend != BackendType.AUTO:
         return backend.value
     if spec.strategy.type == StrategyType.PARAMETER_SERVER:
         return BackendType.GLOO.value
+    groups = (spec.roles.stage.groups if spec.roles.stage else None) or []
+    if any(g.gpus == 0 for g in groups):
+        # A heterogeneous pipeline's CPU stages exchange activations with GPU ones, and
+        # NCCL cannot talk to a CPU rank.
+        return BackendType.GLOO.value
     max_gpus = max((role.gpus for _, role in job_roles(spec)), default=0)
+    max_gpus = max([max_gpus, *(g.gpus for g in groups)])
     return (BackendType.NCCL if max_gpus > 0 else BackendType.GLOO).value
 
 

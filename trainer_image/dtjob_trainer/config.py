@@ -162,6 +162,18 @@ class StrategyConfig(_Section):
         return resolve_strategy(data)
 
 
+class StageGroupConfig(_Section):
+    """One group of roles.stage.groups (a heterogeneous pipeline): consecutive stage pods
+    with their own device (gpus 0: CPU, 1: GPU) and, optionally, blocks per stage."""
+
+    name: str
+    replicas: int = Field(default=1, ge=1)
+    gpus: int = Field(default=0, ge=0, le=1)
+    cpu: Any = None
+    memory: Any = None
+    blocks: int | None = Field(default=None, ge=1)
+
+
 class RoleConfig(_Section):
     """One role; pod-level fields the trainer does not use are accepted and ignored."""
 
@@ -173,6 +185,7 @@ class RoleConfig(_Section):
     cpu: Any = None
     memory: Any = None
     template: Any = None
+    groups: list[StageGroupConfig] | None = None
 
     def processes(self) -> int:
         """Processes per pod: procsPerPod, else one per GPU, else 1."""

@@ -99,6 +99,9 @@ def resolve_local_backend(cfg: TrainerConfig, warn: Callable[[str], None] = prin
     silent fallback would look like a very slow GPU job."""
     if cfg.strategy.backend != "auto":
         return cfg.strategy.backend
+    stage = cfg.roles.stage
+    if stage is not None and any(g.gpus == 0 for g in stage.groups or []):
+        return "gloo"  # CPU stage groups: NCCL cannot reach them (as the operator decides)
     import torch
 
     devices, world = torch.cuda.device_count(), cfg.world_size()

@@ -80,6 +80,11 @@ class Facts:
     tensorParallel: int = TensorParallelSpec().size
     has_tensor_parallel_settings: bool = False
     hiddenSizes: tuple[int, ...] = ()
+    has_stage_groups: bool = False
+    groupBlocks: int = 0
+    """Model blocks the stage groups hold in all (0 unless every group sets blocks)."""
+    has_cpu_group: bool = False
+    backend: str = "auto"
 
     @property
     def pipelineDegree(self) -> int:
@@ -105,6 +110,7 @@ class Facts:
         strategy, roles, trainer = spec.strategy, spec.roles, spec.trainer
         ps = strategy.parameterServer or ParameterServerSpec()
         pipeline = strategy.pipeline or PipelineSpec()
+        groups = (roles.stage.groups if roles.stage else None) or []
         return cls(
             # An alias counts as its target (aliases.py): the rules hold it to the same roles.
             strategy=str(resolved_type(strategy.type)),
@@ -136,6 +142,12 @@ class Facts:
             tensorParallel=(strategy.tensorParallel or TensorParallelSpec()).size,
             has_tensor_parallel_settings=strategy.tensorParallel is not None,
             hiddenSizes=tuple(trainer.model.hiddenSizes),
+            has_stage_groups=bool(groups),
+            groupBlocks=sum((g.blocks or 0) * g.replicas for g in groups)
+            if all(g.blocks for g in groups)
+            else 0,
+            has_cpu_group=any(g.gpus == 0 for g in groups),
+            backend=str(strategy.backend),
         )
 
 
@@ -210,3 +222,7 @@ MODEL_BLOCKS = (
 # Without a command the container runs `python -m dtjob_trainer run` (whatever the image):
 # the bundled trainer, whose own rules then apply (rules.py).
 BUNDLED_TRAINER = "!has(self.trainer.command)"
+# The stage role's groups (a heterogeneous pipeline: spec.py StageGroupSpec).
+STAGE_GROUPS = "self.roles.stage.groups"
+HAS_STAGE_GROUPS = f"has(self.roles.stage) && has({STAGE_GROUPS})"
+GROUP_BLOCKS = f"{STAGE_GROUPS}.map(g, g.blocks * g.replicas).sum()"

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from dtjob_operator.api.facts import (
     BUNDLED_TRAINER,
     DATA_PARALLEL,
+    GROUP_BLOCKS,
+    HAS_STAGE_GROUPS,
     HOGWILD_PROCESSES,
     MICROBATCHES,
     MODE,
@@ -34,6 +36,7 @@ from dtjob_operator.api.facts import (
     PIPELINE_STAGES,
     PS_PROCESSES,
     SCHEDULE,
+    STAGE_GROUPS,
     STAGE_PROCESSES,
     STAGE_STRATEGIES,
     STRATEGY,
@@ -480,6 +483,38 @@ RULES: tuple[Rule, ...] = (
         f"{BUNDLED_TRAINER} && {_TP}", lambda f: f.bundled_trainer and _tp(f),
         'self.trainer.model.type != "CNN"', lambda f: f.modelType != "CNN",
         "CNN has no tensor-parallel plan: use MLP or GPT with strategy TensorParallel",
+    ),
+    # Heterogeneous pipelines: roles.stage.groups (the role's own rules are in spec.py).
+    Rule(
+        "roles.stage.groups",
+        HAS_STAGE_GROUPS, lambda f: f.has_stage_groups,
+        _is(StrategyType.PIPELINE, StrategyType.MODEL_PARALLEL),
+        lambda f: f.strategy in (StrategyType.PIPELINE, StrategyType.MODEL_PARALLEL),
+        "only allowed with strategy Pipeline or ModelParallel, not {strategy}",
+        "FieldValueForbidden",
+    ),
+    Rule(
+        "roles.stage.groups",
+        f'{HAS_STAGE_GROUPS} && {STRATEGY} == "Pipeline"',
+        lambda f: f.has_stage_groups and f.strategy == StrategyType.PIPELINE,
+        f'{SCHEDULE} != "Interleaved1F1B"', lambda f: f.schedule != "Interleaved1F1B",
+        "cannot run schedule Interleaved1F1B (a stage pod holds one stage): use GPipe, "
+        "1F1B, PipeDream or PipeDream2BW",
+    ),
+    Rule(
+        "roles.stage.groups",
+        f"{BUNDLED_TRAINER} && {HAS_STAGE_GROUPS} && {STAGE_GROUPS}.all(g, has(g.blocks))",
+        lambda f: f.bundled_trainer and f.groupBlocks > 0,
+        f"{GROUP_BLOCKS} == {MODEL_BLOCKS}", lambda f: f.groupBlocks == f.modelBlocks,
+        "blocks x replicas over the groups must add up to the model's blocks",
+        detail="{groupBlocks} != {modelBlocks}",
+    ),
+    Rule(
+        "strategy.backend",
+        f"{HAS_STAGE_GROUPS} && {STAGE_GROUPS}.exists(g, g.gpus == 0)",
+        lambda f: f.has_stage_groups and f.has_cpu_group,
+        'self.strategy.backend != "nccl"', lambda f: f.backend != "nccl",
+        "nccl cannot reach the ranks of CPU stage groups: use gloo or auto",
     ),
     Rule(
         "runPolicy.maxBackoffSeconds",

@@ -14,6 +14,7 @@ from pydantic import (
     JsonValue,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 
 from dtjob_operator.api.base import ApiModel
@@ -279,6 +280,105 @@ class RoleSpec(ApiModel):
         return self.gpus if self.gpus > 0 else 1
 
 
+MAX_STAGE_GROUPS = 8
+GROUP_NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+# Rules inside roles.stage (self = the stage role); rules.py holds those that need the rest
+# of the spec. The operator checks the same in StageRoleSpec's validator.
+GROUPS_REPLICAS_MESSAGE = "the groups' replicas must add up to roles.stage.replicas"
+GROUPS_ONE_PROCESS_MESSAGE = (
+    "with groups every stage pod runs one process on its group's device: leave "
+    "roles.stage.gpus 0 and procsPerPod unset or 1 (set gpus per group)"
+)
+GROUPS_BLOCKS_MESSAGE = "set blocks on every group or on none (none: balanced by the trainer)"
+STAGE_GROUP_RULES: list[Any] = [
+    {
+        "rule": "!has(self.groups) || self.groups.map(g, g.replicas).sum() == self.replicas",
+        "message": GROUPS_REPLICAS_MESSAGE,
+        "fieldPath": ".groups",
+    },
+    {
+        "rule": "!has(self.groups) || (self.gpus == 0 && "
+        "(!has(self.procsPerPod) || self.procsPerPod == 1))",
+        "message": GROUPS_ONE_PROCESS_MESSAGE,
+        "fieldPath": ".groups",
+    },
+    {
+        "rule": "!has(self.groups) || self.groups.all(g, has(g.blocks)) || "
+        "self.groups.all(g, !has(g.blocks))",
+        "message": GROUPS_BLOCKS_MESSAGE,
+        "fieldPath": ".groups",
+    },
+]
+
+
+class StageGroupSpec(ApiModel):
+    """Consecutive stage pods with their own device and resources (a heterogeneous
+    pipeline: e.g. the first blocks on CPU pods with much memory, the rest on GPU pods)."""
+
+    name: str = Field(max_length=20, pattern=GROUP_NAME_PATTERN)
+    """Group name, unique in the role."""
+    replicas: int = Field(default=1, ge=1, le=4096)
+    """Stage pods (pipeline stages) of this group."""
+    gpus: int = Field(default=0, ge=0, le=1)
+    """0: the group's stages run on the CPU; 1: on one GPU (of roles.stage.gpuResource)."""
+    cpu: Quantity | None = None
+    """CPU per pod (requests = limits); default roles.stage.cpu."""
+    memory: Quantity | None = None
+    """Memory per pod (requests = limits); default roles.stage.memory."""
+    blocks: int | None = Field(default=None, ge=1, le=4096)
+    """Model blocks each stage of this group holds; unset: balanced by the trainer."""
+
+
+class StageRoleSpec(RoleSpec):
+    """The stage role: a RoleSpec, optionally split into groups of pods."""
+
+    groups: list[StageGroupSpec] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_STAGE_GROUPS,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    """Stage groups in pipeline order (Pipeline, ModelParallel): stage pods 0.. belong to
+    the first group, and so on; replicas must equal the groups' sum."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"x-kubernetes-validations": [*ROLE_RESOURCE_RULES, *STAGE_GROUP_RULES]}
+    )
+
+    @model_validator(mode="after")
+    def _groups_fit(self) -> "StageRoleSpec":
+        groups = self.groups or []
+        if not groups:
+            return self
+        names = [g.name for g in groups]
+        if len(set(names)) != len(names):
+            raise ValueError(f"groups: names must be unique (got {', '.join(names)})")
+        total = sum(g.replicas for g in groups)
+        if total != self.replicas:
+            raise ValueError(f"groups: {GROUPS_REPLICAS_MESSAGE} ({total} != {self.replicas})")
+        if self.gpus != 0 or self.processes() != 1:
+            raise ValueError(f"groups: {GROUPS_ONE_PROCESS_MESSAGE}")
+        if len({g.blocks is None for g in groups}) > 1:
+            raise ValueError(f"groups: {GROUPS_BLOCKS_MESSAGE}")
+        return self
+
+    def group_of(self, index: int) -> StageGroupSpec | None:
+        """The group of stage pod `index` (None without groups)."""
+        for group in self.groups or []:
+            if index < group.replicas:
+                return group
+            index -= group.replicas
+        return None
+
+    def pod_role(self, index: int) -> RoleSpec:
+        """The role as stage pod `index` gets it: its group's gpus, cpu and memory."""
+        group = self.group_of(index)
+        if group is None:
+            return self
+        update = {"gpus": group.gpus, "cpu": group.cpu or self.cpu}
+        return self.model_copy(update={**update, "memory": group.memory or self.memory})
+
+
 class RolesSpec(ApiModel):
     """The job's roles; which are required or forbidden depends on the strategy."""
 
@@ -286,7 +386,7 @@ class RolesSpec(ApiModel):
     """Workers: every strategy except ModelParallel, Pipeline and Hybrid."""
     ps: RoleSpec | None = None
     """Parameter servers: ParameterServer strategy only."""
-    stage: RoleSpec | None = None
+    stage: StageRoleSpec | None = None
     """Pipeline stages: ModelParallel, Pipeline and Hybrid only."""
 
 

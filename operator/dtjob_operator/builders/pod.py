@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from dtjob_operator.api import podtemplate as pt
-from dtjob_operator.api.spec import RoleSpec
+from dtjob_operator.api.spec import RoleSpec, StageRoleSpec
 from dtjob_operator.builders.job import Job, Manifest, child_metadata
 from dtjob_operator.builders.quantity import format_bytes, parse_bytes
 from dtjob_operator.constants import (
@@ -44,6 +44,15 @@ def shm_size(job: Job, role: RoleSpec, settings: OperatorSettings) -> str:
         return job.spec.network.shmSize
     per_gpu = parse_bytes(settings.default_shm_per_gpu)
     return format_bytes(max(MIN_SHM_BYTES, role.gpus * per_gpu))
+
+
+def pod_role(job: Job, role: str, index: int) -> RoleSpec:
+    """The role as pod `index` gets it: a stage group's gpus, cpu and memory override the
+    stage role's (heterogeneous pipelines, roles.stage.groups)."""
+    role_spec: RoleSpec = getattr(job.spec.roles, role)
+    if isinstance(role_spec, StageRoleSpec):
+        return role_spec.pod_role(index)
+    return role_spec
 
 
 def resources(role: RoleSpec) -> dict[str, dict[str, str]]:
@@ -158,7 +167,7 @@ def trainer_container(
     else the user set (probes, envFrom, workingDir, lifecycle, ...) is kept."""
     spec = job.spec
     trainer = spec.trainer
-    role_spec: RoleSpec = getattr(spec.roles, role)
+    role_spec = pod_role(job, role, index)
     container = dict(user)
     container["name"] = TRAINER_CONTAINER
     container["image"] = user.get("image") or trainer.image or settings.trainer_image
@@ -228,7 +237,10 @@ def build_pod(
         subdomain=service_name(job.name),
         restartPolicy="Never",
         containers=containers,
-        volumes=[*operator_volumes(job, role_spec, settings), *(pod_spec.get("volumes") or [])],
+        volumes=[
+            *operator_volumes(job, pod_role(job, role, index), settings),
+            *(pod_spec.get("volumes") or []),
+        ],
     )
     # The per-job account may patch the job's progress; a user's account is bound to the
     # same Role (builders/rbac.py).

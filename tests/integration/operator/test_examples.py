@@ -26,6 +26,15 @@ def processes(role: dict[str, Any]) -> int:
     return int(role.get("gpus", 0)) or 1
 
 
+def pod_gpus(role: dict[str, Any], index: int) -> int:
+    """GPUs of pod `index`: its stage group's (roles.stage.groups), else the role's."""
+    for group in role.get("groups") or []:
+        if index < group.get("replicas", 1):
+            return int(group.get("gpus", 0))
+        index -= group.get("replicas", 1)
+    return int(role.get("gpus", 0))
+
+
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_example_creates_expected_gang(cluster, namespace, path: Path) -> None:
     job = yaml.safe_load(path.read_text())
@@ -69,7 +78,7 @@ def test_example_creates_expected_gang(cluster, namespace, path: Path) -> None:
             assert env["MASTER_ADDR"] == f"{name}-{first_role}-0.{name}.{namespace}.svc"
             assert pod.metadata.labels["dtjob.io/job-name"] == name
             assert pod.metadata.labels["dtjob.io/role"] == role_name
-            gpus = role.get("gpus", 0)
+            gpus = pod_gpus(role, index)
             limits = pod.spec.containers[0].resources.limits or {}
             assert limits.get("nvidia.com/gpu") == (str(gpus) if gpus else None)
             if spec.get("trainer", {}).get("command"):

@@ -26,7 +26,7 @@ CPU = sorted((EXAMPLES / "cpu").glob("*.yaml"))
 NAMES = {
     "data-parallel", "parameter-server-sync", "parameter-server-async", "hogwild", "easgd",
     "model-parallel", "pipeline-gpipe", "pipeline-1f1b", "pipeline-interleaved", "hybrid",
-    "fsdp", "cpu-offload", "auto", "custom-image", "easgd-round-robin",
+    "fsdp", "cpu-offload", "auto", "custom-image", "easgd-round-robin", "pipeline-hetero",
     "tf-multi-worker-mirrored", "pipeline-pipedream", "pipeline-pipedream-2bw",
     "tensor-parallel",
 }  # fmt: skip
@@ -85,7 +85,9 @@ def test_example_names_are_unique() -> None:
 def test_gpu_examples_request_gpus_for_the_training_processes(path: Path) -> None:
     spec = parsed(path)
     trainers = [r for name, r in roles(spec).items() if name != "ps"]
-    assert trainers and all(r.gpus >= 1 for r in trainers)
+    # A heterogeneous pipeline's GPUs are its stage groups' (some groups are CPU pods).
+    gpus = [max([r.gpus, *(g.gpus for g in getattr(r, "groups", None) or [])]) for r in trainers]
+    assert trainers and all(g >= 1 for g in gpus)
 
 
 @pytest.mark.parametrize("path", CPU, ids=lambda p: p.stem)

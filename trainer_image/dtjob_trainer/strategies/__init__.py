@@ -33,6 +33,9 @@ MODULES: dict[str, str] = {
     "CPUOffload": "cpu_offload",
     "Auto": "auto",
     "TensorParallel": "tensor_parallel",
+    # A stage role split into groups: per-stage devices (heterogeneous pipeline).
+    "Pipeline/StageGroups": "stage_groups",
+    "ModelParallel/StageGroups": "stage_groups",
 }
 
 
@@ -40,6 +43,9 @@ def strategy_key(cfg: TrainerConfig) -> str:
     """Registry key of the job's strategy."""
     if cfg.strategy.type == StrategyType.PARAMETER_SERVER:
         return f"ParameterServer/{cfg.strategy.parameter_server.mode.value}"
+    stage = cfg.roles.stage
+    if stage is not None and stage.groups:
+        return f"{cfg.strategy.type.value}/StageGroups"
     return cfg.strategy.type.value
 
 

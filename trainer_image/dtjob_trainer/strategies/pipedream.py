@@ -11,6 +11,7 @@ checkpoint) starts 2BW afresh from the loaded weights: W(t-1) = W(t).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -91,11 +92,21 @@ def build_stage(
     return driver, optimizer
 
 
-def run_pipedream(ctx: RunContext, schedule: PipelineSchedule, microbatches: int) -> RunResult:
-    """Train with an asynchronous pipeline over every stage rank of the job (rank = stage)."""
+def run_pipedream(
+    ctx: RunContext,
+    schedule: PipelineSchedule,
+    microbatches: int,
+    built: tuple[PipeDreamStage, torch.optim.Optimizer] | None = None,
+    actions: Callable[[int], list[Action]] | None = None,
+) -> RunResult:
+    """Train with an asynchronous pipeline over every stage rank of the job (rank = stage).
+
+    `built` (a stage driver and its optimizer) and `actions` (a step's actions) replace
+    the default stage and schedule: the stage groups' pipeline (stage_groups.py) runs its
+    per-device stages and its flushing schedule through this same loop."""
     cfg = ctx.cfg.trainer
     n, rank = ctx.world_size, ctx.rank
-    driver, optimizer = build_stage(ctx, n, rank)
+    driver, optimizer = built or build_stage(ctx, n, rank)
     module = driver.module
 
     # The checkpoint does not say its step; the first step run by this process sets the
@@ -112,9 +123,9 @@ def run_pipedream(ctx: RunContext, schedule: PipelineSchedule, microbatches: int
             driver.restore(live_version_at(schedule, s, microbatches), store)
         x, y = batch(ctx.data, s, cfg.batch_size, cfg.seed)
         losses = driver.run(
-            step_actions(schedule, n, rank, microbatches, s),
-            x.to(ctx.device) if driver.is_first else None,
-            y.to(ctx.device) if driver.is_last else None,
+            actions(s) if actions else step_actions(schedule, n, rank, microbatches, s),
+            x.to(driver.device) if driver.is_first else None,
+            y.to(driver.device) if driver.is_last else None,
             microbatches,
         )
         if not losses:
@@ -152,12 +163,12 @@ def run_pipedream(ctx: RunContext, schedule: PipelineSchedule, microbatches: int
         data = ctx.data
         rows = scored_rows(data, cfg.dataset.eval_samples)
         correct = 0
-        with eval_autocast(ctx.device):
+        with eval_autocast(driver.device):
             for start in range(0, rows, cfg.batch_size):
-                xs = data.x_test[start : min(rows, start + cfg.batch_size)].to(ctx.device)
+                xs = data.x_test[start : min(rows, start + cfg.batch_size)].to(driver.device)
                 out = driver.forward_only(xs if driver.is_first else None)
                 if out is not None:
-                    ys = data.y_test[start : start + out.shape[0]].to(ctx.device)
+                    ys = data.y_test[start : start + out.shape[0]].to(driver.device)
                     correct += int((out.argmax(dim=-1) == ys).sum().item())
         per_sample = data.y_test[0].numel() if data.y_test.dim() > 1 else 1
         acc = correct / max(rows * per_sample, 1)

@@ -59,8 +59,12 @@ class PipeDreamStage:
         loss_fn: LossFn,
         optimizer_step: Callable[[], None],
         autocast: Callable[[], object] | None = None,
+        wire: torch.device | None = None,
     ) -> None:
         self.module = module
+        # Where sent and received tensors live: the compute device, except a GPU stage
+        # talking gloo to CPU stages (gloo's point-to-point moves host memory only).
+        self.wire = wire or device
         self.stage = stage
         self.num_stages = num_stages
         self.device = device
@@ -219,7 +223,7 @@ class PipeDreamStage:
         self.trace.peak_versions = max(self.trace.peak_versions, len(self.store))
 
     def _send(self, t: torch.Tensor, dst: int) -> list[dist.Work]:
-        t = t.contiguous()
+        t = t.to(self.wire).contiguous()
         header = torch.zeros(_HEADER, dtype=torch.int64, device=t.device)
         header[0] = t.dim()
         header[1 : 1 + t.dim()] = torch.tensor(t.shape, dtype=torch.int64)
@@ -228,13 +232,13 @@ class PipeDreamStage:
         return [w for w in works if w is not None]
 
     def _recv(self, src: int) -> torch.Tensor:
-        header = torch.empty(_HEADER, dtype=torch.int64, device=self.device)
+        header = torch.empty(_HEADER, dtype=torch.int64, device=self.wire)
         dist.recv(header, src)
         ndim = int(header[0])
         shape = [int(d) for d in header[1 : 1 + ndim].tolist()]
-        buf = torch.empty(shape, dtype=_DTYPES[int(header[-1])], device=self.device)
+        buf = torch.empty(shape, dtype=_DTYPES[int(header[-1])], device=self.wire)
         dist.recv(buf, src)
-        return buf
+        return buf.to(self.device)
 
 
 def _add(a: list[torch.Tensor], b: list[torch.Tensor]) -> list[torch.Tensor]:
