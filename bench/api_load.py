@@ -72,7 +72,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     slots = str(max(110, -(-args.jobs * args.pods_per_job * 5 // 4 // max(nodes, 1))))
     former_slots = set_node_pod_slots(core, slots)
     log = Path(tempfile.mkdtemp()) / "operator.log"
-    env = {"DTJOB_LOG_LEVEL": "WARNING", "DTJOB_ADMISSION": args.admission}
+    # As the operator image runs it (Dockerfile: MALLOC_ARENA_MAX).
+    env = {"DTJOB_LOG_LEVEL": "WARNING", "DTJOB_ADMISSION": args.admission,
+           "MALLOC_ARENA_MAX": "2"}  # fmt: skip
     op = OperatorProcess(kubeconfig, log, env)
     ns = create_namespace(core, "apiload")
     op.start()

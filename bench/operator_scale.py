@@ -151,7 +151,10 @@ def main() -> None:
     commit = git_commit()  # what the operator runs: the tree may change during the run
     log = Path(tempfile.mkdtemp()) / "operator.log"
     op = OperatorProcess(
-        kubeconfig, log, {"DTJOB_LOG_LEVEL": "WARNING", "DTJOB_ADMISSION": args.admission}
+        kubeconfig,
+        log,
+        # As the operator image runs it (Dockerfile: MALLOC_ARENA_MAX).
+        {"DTJOB_LOG_LEVEL": "WARNING", "DTJOB_ADMISSION": args.admission, "MALLOC_ARENA_MAX": "2"},
     )
     op.start()
     try:
