@@ -334,13 +334,16 @@ class Caches:
             seen = [k for k, v in self._written_jobs.items() if k in jobs and _rv_of(jobs[k]) == v]
             for key in seen:
                 del self._written_jobs[key]
-            pending = set(self._written_jobs)
+            expected = dict(self._written_jobs)
+            pending = set(expected)
             pending |= {k for k, uid in self._current_uids.items()
                         if (_uid_of(jobs[k]) if k in jobs else None) != uid}  # fmt: skip
         for key in sorted(pending):
             live = self.api.get_job(*key)
-            with self._lock:  # what the cache must reach now (it may be past our write)
-                if key in self._written_jobs:
+            with self._lock:  # what the cache must reach now (it may be past our write)...
+                # ...unless the reconcile wrote again meanwhile (it runs on another thread):
+                # this read may predate that write, and must not stand for it.
+                if key in expected and self._written_jobs.get(key, _GONE) == expected[key]:
                     self._written_jobs[key] = _rv_of(live) if live is not None else None
             if live is None:
                 jobs.pop(key, None)
@@ -360,6 +363,9 @@ class Caches:
     def _scope(self, informers: list[Informer], namespace: str) -> Informer | None:
         """The informer that watches `namespace` (None: the operator does not)."""
         return next((i for i in informers if i.namespace in (None, namespace)), None)
+
+
+_GONE = object()  # no entry (the cache caught up, or the job was forgotten)
 
 
 def _uid_of(obj: Obj) -> str | None:

@@ -38,6 +38,7 @@ from dtjob_operator.metrics import OperatorMetrics
 from dtjob_operator.policies.times import parse_time
 from dtjob_operator.policies.too_deep import too_deep_path
 from dtjob_operator.settings import OperatorSettings
+from dtjob_operator.status import admitted_condition
 
 log = logging.getLogger(__name__)
 JobKey = tuple[str, str]
@@ -128,6 +129,15 @@ class AdmissionBook:
         if status_admitted or (verdict is not None and verdict.admit):
             return AdmissionView(True)
         if verdict is None:
+            # No pass has judged it since (this replica started leading, or a release was
+            # just written): what its status says still holds. Saying "waiting" meanwhile
+            # flipped a released job's condition to WaitingForAdmission and back, with an
+            # Event each way.
+            prior = admitted_condition(job.get("status") or {})
+            if prior.get("status") == "False" and prior.get("reason"):
+                position = (job.get("status") or {}).get("queuePosition")
+                return AdmissionView(False, prior.get("message") or "", prior["reason"],
+                                     position if isinstance(position, int) else None)  # fmt: skip
             return AdmissionView(False, "waiting for the next admission pass")
         return AdmissionView(False, verdict.message, verdict.reason, verdict.position)
 

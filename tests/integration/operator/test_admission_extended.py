@@ -176,10 +176,12 @@ def test_a_restarted_gang_that_no_longer_fits_waits_in_the_queue_not_in_pending_
     )  # fmt: skip
     # The release is said in a Warning event; the next pass then gives the queue's verdict
     # (position and numbers) in the condition.
-    [event] = wait_for(
+    events = wait_for(
         lambda: events_for(core, namespace, "refit", "Inadmissible"),
         what="the restarted gang released back to the queue",
     )
+    assert len(events) == 1, [(e.type, e.message, e.first_timestamp, e.source) for e in events]
+    [event] = events
     released_after = time.monotonic() - failed_at
     assert event.type == "Warning"
     assert event.message.startswith("the restarted gang no longer fits (can never be admitted")

@@ -94,3 +94,22 @@ def test_timer_passes_run_only_while_a_job_waits() -> None:
         assert until(lambda: passes() >= 6)
     finally:
         controller.stop()
+
+
+def test_until_a_pass_judges_a_job_its_status_says_why_it_waits() -> None:
+    """A release just written (the book forgot the job) or a new leader: no flip to
+    "waiting for the next admission pass" and back, which recorded an Event each way."""
+    job = a_job().with_workers(1, gpus=1).obj()
+    job["metadata"]["uid"] = "u"
+    job["status"] = {
+        "phase": "Queued",
+        "queuePosition": 3,
+        "conditions": [{"type": "Admitted", "status": "False", "reason": "Inadmissible",
+                        "message": "the restarted gang no longer fits"}],
+    }  # fmt: skip
+    view = AdmissionBook().view(job)
+    assert (view.admitted, view.reason, view.message, view.position) == (
+        False, "Inadmissible", "the restarted gang no longer fits", 3,
+    )  # fmt: skip
+    job["status"] = {"phase": "Queued"}  # never judged: waiting
+    assert AdmissionBook().view(job).message == "waiting for the next admission pass"

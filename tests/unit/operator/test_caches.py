@@ -320,3 +320,27 @@ def test_cached_objects_share_their_keys_and_short_strings_and_stay_equal() -> N
     assert key_a is key_b and a["status"]["phase"] is b["status"]["phase"]
     assert a["metadata"]["labels"][LABEL_JOB_NAME] is b["metadata"]["labels"][LABEL_JOB_NAME]
     assert a["status"]["message"] is not b["status"]["message"]  # long: not worth sharing
+
+
+def test_a_pass_reading_a_job_while_the_reconcile_writes_it_never_hides_that_write() -> None:
+    """The admission thread's GET can predate a status write the reconcile makes meanwhile:
+    it must not stand for that write, or the next reconcile would trust a stale cache."""
+    caches = Caches(JobApi(), OperatorSettings(), lambda key: None, lambda: None)  # type: ignore[arg-type]
+    informer = Informer("jobs", lambda **_: None)
+    caches.jobs = [informer]
+    informer.synced.set()
+    watch(informer, "ADDED", a_job("1", "Restarting"))
+    caches.wrote_job("ns", "j", "2")  # a first write, not in the cache yet
+
+    class RacingApi(JobApi):
+        def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+            job = a_job("2", "Restarting")  # read before the write below landed
+            caches.wrote_job("ns", "j", "3")  # the reconcile writes Queued meanwhile
+            return job
+
+    caches.api = RacingApi()  # type: ignore[assignment]
+    caches.list_jobs()
+    watch(informer, "MODIFIED", a_job("2", "Restarting"))
+    caches.api = live = JobApi()  # type: ignore[assignment]
+    live.job = a_job("3", "Queued")
+    assert caches.get_job("ns", "j")["status"]["phase"] == "Queued"  # not the stale cache
