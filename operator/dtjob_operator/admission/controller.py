@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from dtjob_operator.admission.decide import Decisions, Verdict, decide
-from dtjob_operator.admission.resources import gpu_units
+from dtjob_operator.admission.resources import Resources, gpu_units, pod_requests
 from dtjob_operator.admission.snapshot import (
     STARTED_PHASES,
     GangPod,
@@ -213,6 +213,9 @@ class AdmissionController:
         self._gangs: dict[tuple[str, object, object], list[GangPod] | None] = {}
         self._pass_lock = threading.Lock()
         self._fresh_jobs = True  # the next pass lists jobs from the API server (gather)
+        # Pod requests by (uid, resourceVersion): a pod's requests change only with a new
+        # version; kept for the pods of the last pass.
+        self._requests: dict[tuple[object, object], Resources] = {}
         self._nothing_waits = False  # the last pass found no job waiting for admission
 
     def request(self) -> None:
@@ -306,7 +309,25 @@ class AdmissionController:
                 job, s.requeue_backoff_seconds, s.max_requeue_backoff_seconds, parse_time
             ),
             now=datetime.now(UTC),
+            requests_of=self._requests_memo(),
         )
+
+    def _requests_memo(self) -> Callable[[Obj], Resources]:
+        """pod_requests of a pod's spec, remembered per pod version across passes."""
+        old, self._requests = self._requests, {}
+
+        def requests_of(pod: Obj) -> Resources:
+            meta = pod.get("metadata") or {}
+            key = (meta.get("uid"), meta.get("resourceVersion"))
+            if key[0] is None or key[1] is None:
+                return pod_requests(pod.get("spec") or {})
+            found = self._requests.get(key) or old.get(key)
+            if found is None:
+                found = pod_requests(pod.get("spec") or {})
+            self._requests[key] = found
+            return found
+
+        return requests_of
 
     def _gang_of(self, job: Obj) -> list[GangPod] | None:
         # Building a gang's pod manifests is the costly part of a pass; the gang changes only
