@@ -41,16 +41,23 @@ class Source:
         return []
 
 
-def test_jobs_come_from_the_api_server_on_a_first_pass_and_from_the_cache_after() -> None:
-    api, cache = Source(), Source()
-    controller = AdmissionController(
+def controller_over(
+    api: Source, cache: Source, settings: OperatorSettings | None = None
+) -> AdmissionController:
+    """A controller that lists jobs live from `api` and reads everything else from `cache`."""
+    return AdmissionController(
         api,  # type: ignore[arg-type]
-        OperatorSettings(),
+        settings or OperatorSettings(),
         OperatorMetrics(),
         AdmissionBook(),
         enqueue=lambda key: None,
         reads=cache,
     )
+
+
+def test_jobs_come_from_the_api_server_on_a_first_pass_and_from_the_cache_after() -> None:
+    api, cache = Source(), Source()
+    controller = controller_over(api, cache)
     controller.run_pass()
     assert (api.job_lists, cache.job_lists) == (1, 0)
     controller.run_pass()
@@ -65,14 +72,7 @@ def test_jobs_come_from_the_api_server_on_a_first_pass_and_from_the_cache_after(
 def test_timer_passes_run_only_while_a_job_waits() -> None:
     api, cache = Source(), Source()
     settings = OperatorSettings(resync_seconds=0.05, admission_min_interval_seconds=0)
-    controller = AdmissionController(
-        api,  # type: ignore[arg-type]
-        settings,
-        OperatorMetrics(),
-        AdmissionBook(),
-        enqueue=lambda key: None,
-        reads=cache,
-    )
+    controller = controller_over(api, cache, settings)
 
     def passes() -> int:
         return api.job_lists + cache.job_lists
@@ -129,14 +129,7 @@ def test_a_pods_requests_are_read_again_when_the_pod_changes() -> None:
         }
 
     api, cache = Source(), Source()
-    controller = AdmissionController(
-        api,  # type: ignore[arg-type]
-        OperatorSettings(),
-        OperatorMetrics(),
-        AdmissionBook(),
-        enqueue=lambda key: None,
-        reads=cache,
-    )
+    controller = controller_over(api, cache)
     for rv, cpu in (("1", "1"), ("1", "1"), ("2", "3"), ("2", "3")):
         api.pods = cache.pods = [pod(rv, cpu)]
         used = controller.gather().namespaces_used["ns"]
