@@ -10,8 +10,9 @@ ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 \
 COPY requirements/operator.txt /tmp/requirements.txt
 RUN python3 -m pip install --no-compile -r /tmp/requirements.txt && rm /tmp/requirements.txt
 
+COPY api/ /src/api/
 COPY operator/ /src/operator/
-RUN python3 -m pip install --no-deps --no-compile /src/operator && rm -rf /src
+RUN python3 -m pip install --no-deps --no-compile /src/api /src/operator && rm -rf /src
 
 RUN groupadd --gid 1000 dtjob && useradd --uid 1000 --gid 1000 --no-create-home dtjob
 USER 1000:1000

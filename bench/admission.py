@@ -32,6 +32,7 @@ from typing import Any
 TOP = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TOP / "tests"))
 sys.path.insert(0, str(TOP / "operator"))
+sys.path.insert(0, str(TOP / "api"))
 
 from dtjob_operator.admission.controller import AdmissionBook, AdmissionController  # noqa: E402
 from dtjob_operator.admission.decide import decide  # noqa: E402

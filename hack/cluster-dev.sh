@@ -31,7 +31,7 @@ case "${1:-}" in
     if pid=$(operator_pid); then echo "dev-up: operator already running (pid $pid)" >&2; exit 0; fi
     : "${DTJOB_PYTHON:?set DTJOB_PYTHON to the venv python (make dev-up does)}"
     mkdir -p "$(dirname "$pidfile")" "$(dirname "$log")"
-    KUBECONFIG=$kubeconfig PYTHONPATH="$top/operator${PYTHONPATH:+:$PYTHONPATH}" \
+    KUBECONFIG=$kubeconfig PYTHONPATH="$top/api:$top/operator${PYTHONPATH:+:$PYTHONPATH}" \
       setsid "$DTJOB_PYTHON" -m dtjob_operator >"$log" 2>&1 </dev/null &
     echo $! >"$pidfile"
     sleep 2  # an import error or bad settings kill it at once: say so rather than claim success

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from dtjob_operator.api import GROUP, PLURAL, VERSION
+from dtjob_api import GROUP, PLURAL, VERSION
 from dtjob_operator.constants import LABEL_JOB_NAME
 from dtjob_operator.informer import Informer, drop_managed_fields
 from dtjob_operator.k8s import KubeApi, Obj

@@ -33,11 +33,38 @@ is down.
 
 from typing import Final
 
-# --- the API group the labels and annotations live in -------------------------------------
-DOMAIN: Final = "dtjob.io"
-# Labels and annotations under this prefix are the operator's; pod-template overlays may not
-# set them (a user label could otherwise move a pod into another job's gang).
-RESERVED_PREFIX: Final = f"{DOMAIN}/"
+from dtjob_api.contract import (
+    CHECKPOINT_VOLUME as CHECKPOINT_VOLUME,
+)
+from dtjob_api.contract import (
+    CONFIG_MOUNT_DIR as CONFIG_MOUNT_DIR,
+)
+from dtjob_api.contract import (
+    CONFIG_VOLUME as CONFIG_VOLUME,
+)
+
+# The names the API's rules share with the operator live in dtjob_api (one spelling each).
+from dtjob_api.contract import (
+    DOMAIN as DOMAIN,
+)
+from dtjob_api.contract import (
+    LABEL_MANAGED_BY as LABEL_MANAGED_BY,
+)
+from dtjob_api.contract import (
+    RENDEZVOUS_PORT_NAME as RENDEZVOUS_PORT_NAME,
+)
+from dtjob_api.contract import (
+    RESERVED_PREFIX as RESERVED_PREFIX,
+)
+from dtjob_api.contract import (
+    SHM_MOUNT_PATH as SHM_MOUNT_PATH,
+)
+from dtjob_api.contract import (
+    SHM_VOLUME as SHM_VOLUME,
+)
+from dtjob_api.contract import (
+    TRAINER_CONTAINER as TRAINER_CONTAINER,
+)
 
 # --- labels ------------------------------------------------------------------------------
 LABEL_JOB_NAME: Final = f"{DOMAIN}/job-name"
@@ -46,7 +73,6 @@ LABEL_ROLE_INDEX: Final = f"{DOMAIN}/role-index"
 # The gang generation: equal to status.restarts when the pod was created. Pods of an older
 # generation are leftovers of a gang that is being torn down.
 LABEL_GENERATION: Final = f"{DOMAIN}/generation"
-LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
 MANAGED_BY: Final = "dtjob-operator"
 
 # --- annotations (informational: for people reading `kubectl describe pod`) ----------------
@@ -118,17 +144,9 @@ EVENT_NORMAL: Final = "Normal"
 EVENT_WARNING: Final = "Warning"
 
 # --- the trainer container and its mounts ----------------------------------------------------
-TRAINER_CONTAINER: Final = "trainer"
-RENDEZVOUS_PORT_NAME: Final = "rendezvous"
-CONFIG_MOUNT_DIR: Final = "/etc/dtjob"
 CONFIG_KEY: Final = "config.json"
 CONFIG_PATH: Final = f"{CONFIG_MOUNT_DIR}/{CONFIG_KEY}"
 PROGRESS_KEY: Final = "progress.json"
-SHM_MOUNT_PATH: Final = "/dev/shm"
-# The pod volumes the operator adds; a role's pod template may not define volumes so named.
-CONFIG_VOLUME: Final = "config"
-SHM_VOLUME: Final = "dshm"
-CHECKPOINT_VOLUME: Final = "checkpoints"
 # The container's default terminationMessagePath: torchrun's error file goes there, so the
 # failing child's exit code reaches the pod status (policies/launcher_exit.py).
 TERMINATION_MESSAGE_PATH: Final = "/dev/termination-log"

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dtjob_operator.api.spec import (
+from dtjob_api.spec import (
     BackendType,
     DistributedTrainingJobSpec,
     RoleSpec,

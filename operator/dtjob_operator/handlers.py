@@ -14,7 +14,7 @@ from typing import Any
 
 import kopf
 
-from dtjob_operator.api import GROUP, PLURAL, VERSION
+from dtjob_api import GROUP, PLURAL, VERSION
 from dtjob_operator.constants import LABEL_JOB_NAME
 from dtjob_operator.reconcile import Reconciler
 from dtjob_operator.settings import OperatorSettings

@@ -19,7 +19,7 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from dtjob_operator.api import GROUP, KIND, PLURAL, VERSION
+from dtjob_api import GROUP, KIND, PLURAL, VERSION
 from dtjob_operator.constants import LABEL_JOB_NAME
 from dtjob_operator.ratelimit import TokenBucket
 

@@ -49,9 +49,9 @@ A job is never stuck: every waiting branch returns a requeue_after.
 
 from __future__ import annotations
 
-from dtjob_operator.api.spec import RunPolicy
-from dtjob_operator.api.status import TERMINAL_PHASES, JobPhase
-from dtjob_operator.api.validation import validate_job
+from dtjob_api.spec import RunPolicy
+from dtjob_api.status import TERMINAL_PHASES, JobPhase
+from dtjob_api.validation import validate_job
 from dtjob_operator.builders import Job
 from dtjob_operator.constants import (
     CONDITION_ADMITTED,

@@ -6,7 +6,7 @@ import threading
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from dtjob_operator.api.status import JobPhase
+from dtjob_api.status import JobPhase
 
 
 class OperatorMetrics:

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from dtjob_operator.api.spec import DistributedTrainingJobSpec, RunPolicy
-from dtjob_operator.api.status import JobPhase
+from dtjob_api.spec import DistributedTrainingJobSpec, RunPolicy
+from dtjob_api.status import JobPhase
 from dtjob_operator.builders import Job, Manifest, build_pods, build_support_objects, child_key
 from dtjob_operator.constants import (
     CONDITION_CHECKPOINT_STORAGE,

@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from dtjob_operator.api.spec import QUANTITY_PATTERN
+from dtjob_api.spec import QUANTITY_PATTERN
 
 
 class OperatorSettings(BaseSettings):

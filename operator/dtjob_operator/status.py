@@ -16,9 +16,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from dtjob_operator.api.aliases import resolved_type
-from dtjob_operator.api.spec import DistributedTrainingJobSpec
-from dtjob_operator.api.status import DistributedTrainingJobStatus, JobPhase, Progress
+from dtjob_api.aliases import resolved_type
+from dtjob_api.spec import DistributedTrainingJobSpec
+from dtjob_api.status import DistributedTrainingJobStatus, JobPhase, Progress
 from dtjob_operator.constants import (
     CONDITION_ADMITTED,
     CONDITION_RUNNING,

@@ -28,7 +28,7 @@ class OperatorProcess:
         env = {
             **os.environ,
             "KUBECONFIG": str(self.kubeconfig),
-            "PYTHONPATH": f"{TOP / 'operator'}",
+            "PYTHONPATH": os.pathsep.join([str(TOP / "api"), str(TOP / "operator")]),
             "DTJOB_METRICS_PORT": "0",
             "DTJOB_LIVENESS_ENDPOINT": "",
             "DTJOB_STANDALONE": "true",

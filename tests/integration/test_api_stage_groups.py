@@ -10,7 +10,7 @@ import pytest
 from integration.test_api_validation import create, jobs, manifest, refusal
 from unit.operator.stage_group_cases import CPU, GOOD, GPU, STAGE_GROUP_BAD, hetero
 
-from dtjob_operator.api.validation import validate_job
+from dtjob_api.validation import validate_job
 
 __all__ = ["jobs"]  # the module-scoped fixture, shared
 

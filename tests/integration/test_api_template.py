@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from dtjob_operator.api import GROUP, KIND, PLURAL, VERSION
-from dtjob_operator.api.validation import validate_job
+from dtjob_api import GROUP, KIND, PLURAL, VERSION
+from dtjob_api.validation import validate_job
 from helpers.crd import install_crd
 
 W = "spec.roles.worker.template"

@@ -19,10 +19,10 @@ import pytest
 import yaml
 from kubernetes import client
 
-from dtjob_operator.api import GROUP, KIND, PLURAL, VERSION
-from dtjob_operator.api.spec import DistributedTrainingJobSpec
-from dtjob_operator.api.status import JobPhase
-from dtjob_operator.api.validation import validate_job
+from dtjob_api import GROUP, KIND, PLURAL, VERSION
+from dtjob_api.spec import DistributedTrainingJobSpec
+from dtjob_api.status import JobPhase
+from dtjob_api.validation import validate_job
 from dtjob_operator.builders.job import Job
 from dtjob_operator.status import StatusDecision, compute_status
 from helpers.crd import install_crd

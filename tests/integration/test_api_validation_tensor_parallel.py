@@ -10,8 +10,8 @@ import pytest
 from kubernetes import client
 from unit.operator.tp_cases import TP_BAD
 
-from dtjob_operator.api import GROUP, KIND, PLURAL, VERSION
-from dtjob_operator.api.validation import validate_job
+from dtjob_api import GROUP, KIND, PLURAL, VERSION
+from dtjob_api.validation import validate_job
 from helpers.crd import install_crd
 
 

@@ -1,5 +1,5 @@
 """tf.distribute strategy names the API accepts as aliases (the operator's
-dtjob_operator/api/aliases.py, kept equal by a contract test). The operator resolves them
+dtjob_api/aliases.py, kept equal by a contract test). The operator resolves them
 before it writes the job config, so a pod never sees one; resolving them here too lets
 `python -m dtjob_trainer launch` run a manifest written with a TF name."""
 

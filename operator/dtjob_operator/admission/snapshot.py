@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from dtjob_api.status import TERMINAL_PHASES, JobPhase
 from dtjob_operator.admission.fit import Node, PodDemand, Quota
 from dtjob_operator.admission.resources import (
     Resources,
@@ -21,7 +22,6 @@ from dtjob_operator.admission.resources import (
     quota_amounts,
     subtract,
 )
-from dtjob_operator.api.status import TERMINAL_PHASES, JobPhase
 from dtjob_operator.builders import Job, build_pods
 from dtjob_operator.constants import (
     CONDITION_ADMITTED,

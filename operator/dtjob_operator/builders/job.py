@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dtjob_operator.api import GROUP, KIND, VERSION
-from dtjob_operator.api.aliases import resolve
-from dtjob_operator.api.spec import DistributedTrainingJobSpec
+from dtjob_api import GROUP, KIND, VERSION
+from dtjob_api.aliases import resolve
+from dtjob_api.spec import DistributedTrainingJobSpec
 from dtjob_operator.constants import LABEL_JOB_NAME, LABEL_MANAGED_BY, MANAGED_BY
 
 API_VERSION = f"{GROUP}/{VERSION}"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from dtjob_operator.api import podtemplate as pt
-from dtjob_operator.api.spec import RoleSpec, StageRoleSpec
+from dtjob_api import podtemplate as pt
+from dtjob_api.spec import RoleSpec, StageRoleSpec
 from dtjob_operator.builders.job import Job, Manifest, child_metadata
 from dtjob_operator.builders.quantity import format_bytes, parse_bytes
 from dtjob_operator.constants import (

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dtjob_operator.api import podtemplate as pt
+from dtjob_api import podtemplate as pt
 from dtjob_operator.builders.job import Job, Manifest, child_metadata
 from dtjob_operator.naming import (
     progress_config_map_name,

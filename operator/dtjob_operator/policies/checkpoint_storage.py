@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dtjob_operator.api.spec import DistributedTrainingJobSpec
+from dtjob_api.spec import DistributedTrainingJobSpec
 from dtjob_operator.constants import (
     EVENT_NORMAL,
     EVENT_WARNING,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from dtjob_operator.api.spec import CleanPodPolicy
+from dtjob_api.spec import CleanPodPolicy
 from dtjob_operator.policies.pods import Pod, is_finished, is_terminating, name_of
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from dtjob_operator.api.spec import RunPolicy
+from dtjob_api.spec import RunPolicy
 
 
 def deadline_of(start_time: datetime | None, policy: RunPolicy) -> datetime | None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from dtjob_operator.api.spec import RestartPolicy, RunPolicy
+from dtjob_api.spec import RestartPolicy, RunPolicy
 from dtjob_operator.constants import (
     REASON_PEER_LOST,
     REASON_POD_FAILED_PERMANENT,

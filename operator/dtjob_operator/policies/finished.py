@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from dtjob_operator.api.spec import DistributedTrainingJobSpec, RunPolicy
+from dtjob_api.spec import DistributedTrainingJobSpec, RunPolicy
 from dtjob_operator.policies.clean_pod_policy import pods_to_clean
 from dtjob_operator.policies.pods import Pod, is_finished, live_names
 from dtjob_operator.policies.times import seconds_until

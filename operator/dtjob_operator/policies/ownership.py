@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from dtjob_operator.api import KIND
+from dtjob_api import KIND
 from dtjob_operator.policies.create_errors import CreateError
 
 ALREADY_EXISTS = 409

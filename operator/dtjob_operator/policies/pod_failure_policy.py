@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass
 from typing import Any
 
-from dtjob_operator.api.spec import (
+from dtjob_api.spec import (
     ExitCodeOperator,
     PodFailureAction,
     PodFailurePolicyRule,

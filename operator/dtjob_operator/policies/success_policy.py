@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from dtjob_operator.api.spec import DistributedTrainingJobSpec, StrategyType
+from dtjob_api.spec import DistributedTrainingJobSpec, StrategyType
 from dtjob_operator.constants import REASON_ALL_STAGES_SUCCEEDED, REASON_ALL_WORKERS_SUCCEEDED
 from dtjob_operator.envcontract import PIPELINE_STRATEGIES
 from dtjob_operator.policies.pods import Pod, index_of, phase_of, role_of

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from dtjob_operator.api.status import JobPhase
+from dtjob_api.status import JobPhase
 from dtjob_operator.constants import CONDITION_FAILED, REASON_INVALID_SPEC
 from dtjob_operator.policies.times import format_time
 from dtjob_operator.status import ConditionUpdate, apply_conditions

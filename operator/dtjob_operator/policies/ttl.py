@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from dtjob_operator.api.spec import RunPolicy
+from dtjob_api.spec import RunPolicy
 
 
 def expiry_of(completion_time: datetime | None, policy: RunPolicy) -> datetime | None:

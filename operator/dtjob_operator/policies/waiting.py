@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dtjob_operator.api.status import TERMINAL_PHASES
+from dtjob_api.status import TERMINAL_PHASES
 from dtjob_operator.policies.pods import Pod, gang_of, is_ready, name_of
 from dtjob_operator.policies.volume_events import Event, is_creating, volume_failure
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from dtjob_operator.api.aliases import resolved_type
+from dtjob_api.aliases import resolved_type
 from helpers.jobs import create_job, env_of, job_pods, wait_phase
 from helpers.kube import wait_for
 

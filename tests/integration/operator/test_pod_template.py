@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from dtjob_operator.api import GROUP, PLURAL, VERSION
+from dtjob_api import GROUP, PLURAL, VERSION
 from helpers.jobs import JobBuilder, create_job, job_pods, wait_phase, wait_pods_running
 from helpers.kube import unique, wait_for
 

@@ -63,7 +63,7 @@ def test_operator_outlives_an_api_server_that_answers_503(
     env = {
         **os.environ,
         "KUBECONFIG": str(unhealthy_api_server),
-        "PYTHONPATH": str(TOP / "operator"),
+        "PYTHONPATH": os.pathsep.join([str(TOP / "api"), str(TOP / "operator")]),
         "DTJOB_STANDALONE": "true",
         "DTJOB_METRICS_PORT": "0",
         "DTJOB_LIVENESS_ENDPOINT": "",

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 import yaml
 
-from dtjob_operator.api.validation import validate_job
+from dtjob_api.validation import validate_job
 
 # The subprocesses import dtjob_trainer from the source tree, whatever pytest was run with.
 TRAINER_ROOT = Path(__file__).resolve().parents[3] / "trainer_image"

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from dtjob_operator.api import DistributedTrainingJobSpec
+from dtjob_api import DistributedTrainingJobSpec
 from dtjob_operator.builders.configmaps import config_json
 from dtjob_operator.builders.job import Job
 from dtjob_operator.constants import CONFIG_PATH

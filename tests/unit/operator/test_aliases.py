@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from dtjob_operator.api.aliases import ALIAS_MODES, ALIASES, resolve, resolved_type
-from dtjob_operator.api.facts import Facts
-from dtjob_operator.api.spec import DistributedTrainingJobSpec, StrategyType
-from dtjob_operator.api.status import JobPhase
-from dtjob_operator.api.validation import validate_job
+from dtjob_api.aliases import ALIAS_MODES, ALIASES, resolve, resolved_type
+from dtjob_api.facts import Facts
+from dtjob_api.spec import DistributedTrainingJobSpec, StrategyType
+from dtjob_api.status import JobPhase
+from dtjob_api.validation import validate_job
 from dtjob_operator.builders.configmaps import config_json
 from dtjob_operator.builders.job import Job
 from dtjob_operator.envcontract import build_env

@@ -14,7 +14,7 @@ from typing import Any, get_args
 import yaml
 from unit.operator.test_chart import CHART, KUBE_VERSION, REPO, deployment, helm, render, run_helm
 
-from dtjob_operator.api.spec import QUANTITY_PATTERN
+from dtjob_api.spec import QUANTITY_PATTERN
 from dtjob_operator.settings import OperatorSettings
 
 

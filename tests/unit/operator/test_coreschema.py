@@ -1,5 +1,5 @@
 """The embedded core/v1 schema: cut from the pinned Kubernetes' OpenAPI document, structural,
-and committed (operator/dtjob_operator/api/core_v1.json) exactly as the generator writes it."""
+and committed (api/dtjob_api/core_v1.json) exactly as the generator writes it."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from dtjob_operator.api import coreschema
+from dtjob_api import coreschema
 
 REPO = Path(__file__).resolve().parents[3]
 META = "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
@@ -45,7 +45,7 @@ def test_committed_data_matches_the_pinned_kubernetes() -> None:
     expected = coreschema.render(coreschema.extract(json.loads(source.read_text())))
     assert coreschema.DATA_FILE.read_text() == expected, (
         "core_v1.json drifted from the pinned Kubernetes: "
-        f"python -m dtjob_operator.api.coreschema {source} && make crds"
+        f"python -m dtjob_api.coreschema {source} && make crds"
     )
 
 

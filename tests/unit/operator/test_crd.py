@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from dtjob_operator.api import StrategyType, crd, rules
-from dtjob_operator.api.status import JobPhase
+from dtjob_api import StrategyType, crd, rules
+from dtjob_api.status import JobPhase
 
 REPO = Path(__file__).resolve().parents[3]
 COMMITTED = [

@@ -9,15 +9,15 @@ from typing import Any
 import pytest
 import yaml
 
-from dtjob_operator.api import GROUP, KIND, VERSION, StrategyType
-from dtjob_operator.api.aliases import ALIASES, resolved_type
-from dtjob_operator.api.spec import (
+from dtjob_api import GROUP, KIND, VERSION, StrategyType
+from dtjob_api.aliases import ALIASES, resolved_type
+from dtjob_api.spec import (
     DistributedTrainingJobSpec,
     PipelineSchedule,
     PSMode,
     RoleSpec,
 )
-from dtjob_operator.api.validation import validate_job
+from dtjob_api.validation import validate_job
 from dtjob_trainer.config import load_config
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"

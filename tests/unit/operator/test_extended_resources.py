@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from unit.operator.builders import a_job
 
+from dtjob_api.validation import validate_job
 from dtjob_operator.admission.fit import Node, PodDemand, Quota, place, quota_shortfall
 from dtjob_operator.admission.messages import accelerator, capacity_short
 from dtjob_operator.admission.resources import (
@@ -19,7 +20,6 @@ from dtjob_operator.admission.resources import (
     quota_amounts,
 )
 from dtjob_operator.admission.snapshot import node_view
-from dtjob_operator.api.validation import validate_job
 from dtjob_operator.builders import build_pod
 from dtjob_operator.builders.pod import resources, shm_size
 from dtjob_operator.envcontract import resolve_backend

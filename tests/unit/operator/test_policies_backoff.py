@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from unit.operator.builders import at
 
-from dtjob_operator.api.spec import RunPolicy
+from dtjob_api.spec import RunPolicy
 from dtjob_operator.policies.backoff import restart_delay, restart_not_before
 
 DELAYS = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from unit.operator.builders import a_job, a_pod, at, pods
 
-from dtjob_operator.api.spec import RunPolicy
+from dtjob_api.spec import RunPolicy
 from dtjob_operator.policies.clean_pod_policy import pods_to_clean
 from dtjob_operator.policies.finished import finished_actions, lenient_run_policy
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from unit.operator.builders import at
 
-from dtjob_operator.api.spec import RunPolicy
+from dtjob_api.spec import RunPolicy
 from dtjob_operator.policies.deadline import deadline_exceeded, deadline_of
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from unit.operator.builders import PodBuilder, a_job, a_pod, pods
 
-from dtjob_operator.api.spec import RunPolicy
+from dtjob_api.spec import RunPolicy
 from dtjob_operator.policies.failure_policy import (
     gang_failures,
     is_retryable,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from unit.operator.builders import a_job, a_pod
 
-from dtjob_operator.api.spec import RunPolicy
+from dtjob_api.spec import RunPolicy
 from dtjob_operator.constants import (
     REASON_POD_FAILED_RETRYABLE,
     REASON_PREEMPTED,

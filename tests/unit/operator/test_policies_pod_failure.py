@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from unit.operator.builders import PodBuilder, a_job, a_pod
 
-from dtjob_operator.api.spec import RunPolicy
+from dtjob_api.spec import RunPolicy
 from dtjob_operator.policies.failure_policy import gang_failures
 from dtjob_operator.policies.nodes import OUT_OF_SERVICE_TAINT, lost_nodes
 from dtjob_operator.policies.pod_failure_policy import disruption_of, judge_gang

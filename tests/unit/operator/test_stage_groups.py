@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from unit.operator.stage_group_cases import CPU, GOOD, GPU, STAGE_GROUP_BAD, hetero
 
+from dtjob_api.spec import DistributedTrainingJobSpec
+from dtjob_api.validation import validate_job
 from dtjob_operator.admission.snapshot import gang_pods
-from dtjob_operator.api.spec import DistributedTrainingJobSpec
-from dtjob_operator.api.validation import validate_job
 from dtjob_operator.builders import Job, build_pod
 from dtjob_operator.envcontract import resolve_backend
 from dtjob_operator.settings import OperatorSettings

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from unit.operator.builders import a_job, a_pod, at, iso, pods
 
-from dtjob_operator.api.status import JobPhase
+from dtjob_api.status import JobPhase
 from dtjob_operator.status import (
     ConditionUpdate,
     StatusDecision,

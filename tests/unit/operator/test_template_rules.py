@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from dtjob_operator.api.spec import DistributedTrainingJobSpec
-from dtjob_operator.api.template_rules import CONTRACT_ENV
-from dtjob_operator.api.validation import validate_job
+from dtjob_api.spec import DistributedTrainingJobSpec
+from dtjob_api.template_rules import CONTRACT_ENV
+from dtjob_api.validation import validate_job
 from dtjob_operator.envcontract import build_env
 
 W = "spec.roles.worker.template"

@@ -10,10 +10,10 @@ import pytest
 from unit.operator.stage_group_cases import STAGE_GROUP_BAD
 from unit.operator.tp_cases import TP_BAD
 
-from dtjob_operator.api.facts import Facts
-from dtjob_operator.api.rules import IMMUTABLE_MESSAGE, RULES
-from dtjob_operator.api.spec import DistributedTrainingJobSpec
-from dtjob_operator.api.validation import (
+from dtjob_api.facts import Facts
+from dtjob_api.rules import IMMUTABLE_MESSAGE, RULES
+from dtjob_api.spec import DistributedTrainingJobSpec
+from dtjob_api.validation import (
     FieldError,
     immutable_changes,
     validate_job,

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from unit.operator.tp_cases import GPT, TOKENS, TP_BAD, tp
 
-from dtjob_operator.api.validation import validate_job
+from dtjob_api.validation import validate_job
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from unit.trainer.harness import a_spec
 
-from dtjob_operator.api.spec import DistributedTrainingJobSpec
+from dtjob_api.spec import DistributedTrainingJobSpec
 from dtjob_operator.envcontract import build_env
 from dtjob_trainer.config import load_config
 from dtjob_trainer.env import read_env

@@ -23,7 +23,7 @@ What `extract` keeps and changes, so that the result is a structural CRD schema:
   so are the volume sources whose in-tree plugins 1.33 no longer runs (_DROPPED_PROPERTIES),
   `containers` optional (the operator adds the trainer).
 
-`python -m dtjob_operator.api.coreschema SOURCE.json` rewrites core_v1.json; a unit test
+`python -m dtjob_api.coreschema SOURCE.json` rewrites core_v1.json; a unit test
 fails when the committed file no longer matches what the pinned source gives.
 """
 
@@ -224,7 +224,7 @@ _LIST_TYPE = "x-kubernetes-list-type"
 def main(argv: list[str]) -> int:
     """Regenerate core_v1.json from the OpenAPI v3 document at argv[0]."""
     if len(argv) != 1:
-        sys.stderr.write(f"usage: python -m dtjob_operator.api.coreschema {SOURCE_PATH}\n")
+        sys.stderr.write(f"usage: python -m dtjob_api.coreschema {SOURCE_PATH}\n")
         return 2
     DATA_FILE.write_text(render(extract(json.loads(Path(argv[0]).read_text()))))
     return 0

@@ -10,7 +10,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from dtjob_operator.api.facts import MODE, SCHEDULE, STRATEGY, Facts
+from dtjob_api.facts import MODE, SCHEDULE, STRATEGY, Facts
 
 # Placeholders a message may use -> (CEL string expression, words for the API server's
 # fallback). Only enum-valued ones: the server's cost estimate of `"..." + string(int)`

@@ -5,7 +5,7 @@ from typing import Annotated, Any, cast
 
 from pydantic import ConfigDict, Field, JsonValue, WithJsonSchema
 
-from dtjob_operator.api.base import ApiModel
+from dtjob_api.base import ApiModel
 
 # Kubernetes core/v1 objects (a PodSpec, a Toleration, ...) stay dicts in Python; in the CRD
 # the marker is replaced by the real core/v1 schema (coreschema.py), so the API server

@@ -1,7 +1,7 @@
 """The DistributedTrainingJob API: pydantic models are the single source of truth for the
 CRD schema (see crd.py), for validation in the operator and for `kubectl explain`."""
 
-from dtjob_operator.api.spec import (
+from dtjob_api.spec import (
     BackendType,
     CheckpointSpec,
     CleanPodPolicy,
@@ -17,7 +17,7 @@ from dtjob_operator.api.spec import (
     StrategyType,
     TrainerSpec,
 )
-from dtjob_operator.api.status import (
+from dtjob_api.status import (
     Condition,
     DistributedTrainingJobStatus,
     JobPhase,

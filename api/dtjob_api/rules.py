@@ -17,7 +17,7 @@ behind it (`detail`), which CEL messages cannot carry (rule.py: Rule, PLACEHOLDE
 
 from __future__ import annotations
 
-from dtjob_operator.api.facts import (
+from dtjob_api.facts import (
     BUNDLED_TRAINER,
     DATA_PARALLEL,
     GROUP_BLOCKS,
@@ -42,8 +42,8 @@ from dtjob_operator.api.facts import (
     cel_is,
     cel_list,
 )
-from dtjob_operator.api.rule import Rule
-from dtjob_operator.api.spec import StrategyType
+from dtjob_api.rule import Rule
+from dtjob_api.spec import StrategyType
 
 # metadata.name: `<name>-worker-<index>` (index < 4096, so 4 digits) is a pod hostname and
 # must fit a 63-character DNS label; the name itself names a Service, a DNS-1035 label.

@@ -17,9 +17,9 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
-from dtjob_operator.api.errors import FieldError
-from dtjob_operator.api.facts import Facts
-from dtjob_operator.api.rules import (
+from dtjob_api.errors import FieldError
+from dtjob_api.facts import Facts
+from dtjob_api.rules import (
     IMMUTABLE_MESSAGE,
     MAX_NAME_LENGTH,
     MUTABLE_RUN_POLICY_FIELDS,
@@ -27,12 +27,12 @@ from dtjob_operator.api.rules import (
     NAME_PATTERN,
     RULES,
 )
-from dtjob_operator.api.spec import (
+from dtjob_api.spec import (
     DNS1123_SUBDOMAIN,
     QUANTITY_PATTERN,
     DistributedTrainingJobSpec,
 )
-from dtjob_operator.api.template_rules import template_errors
+from dtjob_api.template_rules import template_errors
 
 
 def validate_job(

@@ -19,11 +19,8 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 
-from dtjob_operator.api import podtemplate as pt
-from dtjob_operator.api.errors import FieldError
-from dtjob_operator.api.spec import DistributedTrainingJobSpec
-from dtjob_operator.api.template_spec import PodTemplate
-from dtjob_operator.constants import (
+from dtjob_api import podtemplate as pt
+from dtjob_api.contract import (
     CHECKPOINT_VOLUME,
     CONFIG_MOUNT_DIR,
     CONFIG_VOLUME,
@@ -34,6 +31,9 @@ from dtjob_operator.constants import (
     SHM_VOLUME,
     TRAINER_CONTAINER,
 )
+from dtjob_api.errors import FieldError
+from dtjob_api.spec import DistributedTrainingJobSpec
+from dtjob_api.template_spec import PodTemplate
 
 # Every variable the env contract may set (envcontract.build_env; a unit test keeps the
 # two in step), with the field that sets it where a job can.

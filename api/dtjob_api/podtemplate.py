@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from dtjob_operator.api.template_spec import PodTemplate
-from dtjob_operator.constants import TRAINER_CONTAINER
+from dtjob_api.contract import TRAINER_CONTAINER
+from dtjob_api.template_spec import PodTemplate
 
 # Short fields that are one value of the PodSpec; setting them in both places is refused.
 SHORT_VALUES = (

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dtjob_operator.api.aliases import (
+from dtjob_api.aliases import (
     ALIASES,
     cel_resolved_mode,
     resolved_mode,
     resolved_type,
 )
-from dtjob_operator.api.spec import (
+from dtjob_api.spec import (
     DistributedTrainingJobSpec,
     HybridSpec,
     ModelSpec,

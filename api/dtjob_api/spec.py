@@ -2,7 +2,7 @@
 
 The run policy (run_policy.py) and the bundled trainer's settings (trainer_spec.py) live in
 their own modules so each file reads in one sitting; every name is re-exported here, so
-`from dtjob_operator.api.spec import RunPolicy` keeps working."""
+`from dtjob_api.spec import RunPolicy` keeps working."""
 
 from enum import StrEnum
 from typing import Annotated, Any, cast
@@ -17,8 +17,9 @@ from pydantic import (
     model_validator,
 )
 
-from dtjob_operator.api.base import ApiModel
-from dtjob_operator.api.resource_names import (
+from dtjob_api.base import ApiModel
+from dtjob_api.contract import CONFIG_MOUNT_DIR, SHM_MOUNT_PATH
+from dtjob_api.resource_names import (
     DEFAULT_GPU_RESOURCE,
     EXTENDED_NAME_MESSAGE,
     EXTENDED_NAME_RULE,
@@ -33,32 +34,31 @@ from dtjob_operator.api.resource_names import (
 
 # Every run_policy and trainer_spec name is re-exported (`X as X`: mypy --strict then counts
 # it as part of this module).
-from dtjob_operator.api.run_policy import ONE_MATCHER as ONE_MATCHER
-from dtjob_operator.api.run_policy import CleanPodPolicy as CleanPodPolicy
-from dtjob_operator.api.run_policy import ExitCode as ExitCode
-from dtjob_operator.api.run_policy import ExitCodeOperator as ExitCodeOperator
-from dtjob_operator.api.run_policy import PodFailureAction as PodFailureAction
-from dtjob_operator.api.run_policy import PodFailurePolicy as PodFailurePolicy
-from dtjob_operator.api.run_policy import (
+from dtjob_api.run_policy import ONE_MATCHER as ONE_MATCHER
+from dtjob_api.run_policy import CleanPodPolicy as CleanPodPolicy
+from dtjob_api.run_policy import ExitCode as ExitCode
+from dtjob_api.run_policy import ExitCodeOperator as ExitCodeOperator
+from dtjob_api.run_policy import PodFailureAction as PodFailureAction
+from dtjob_api.run_policy import PodFailurePolicy as PodFailurePolicy
+from dtjob_api.run_policy import (
     PodFailurePolicyOnExitCodes as PodFailurePolicyOnExitCodes,
 )
-from dtjob_operator.api.run_policy import (
+from dtjob_api.run_policy import (
     PodFailurePolicyOnPodCondition as PodFailurePolicyOnPodCondition,
 )
-from dtjob_operator.api.run_policy import PodFailurePolicyRule as PodFailurePolicyRule
-from dtjob_operator.api.run_policy import RestartPolicy as RestartPolicy
-from dtjob_operator.api.run_policy import RunPolicy as RunPolicy
-from dtjob_operator.api.template_spec import PodTemplate
-from dtjob_operator.api.trainer_spec import Arg as Arg
-from dtjob_operator.api.trainer_spec import DatasetSpec as DatasetSpec
-from dtjob_operator.api.trainer_spec import DatasetType as DatasetType
-from dtjob_operator.api.trainer_spec import ModelSpec as ModelSpec
-from dtjob_operator.api.trainer_spec import ModelType as ModelType
-from dtjob_operator.api.trainer_spec import OptimizerSpec as OptimizerSpec
-from dtjob_operator.api.trainer_spec import OptimizerType as OptimizerType
-from dtjob_operator.api.trainer_spec import Precision as Precision
-from dtjob_operator.api.trainer_spec import TrainerSpec as TrainerSpec
-from dtjob_operator.constants import CONFIG_MOUNT_DIR, SHM_MOUNT_PATH
+from dtjob_api.run_policy import PodFailurePolicyRule as PodFailurePolicyRule
+from dtjob_api.run_policy import RestartPolicy as RestartPolicy
+from dtjob_api.run_policy import RunPolicy as RunPolicy
+from dtjob_api.template_spec import PodTemplate
+from dtjob_api.trainer_spec import Arg as Arg
+from dtjob_api.trainer_spec import DatasetSpec as DatasetSpec
+from dtjob_api.trainer_spec import DatasetType as DatasetType
+from dtjob_api.trainer_spec import ModelSpec as ModelSpec
+from dtjob_api.trainer_spec import ModelType as ModelType
+from dtjob_api.trainer_spec import OptimizerSpec as OptimizerSpec
+from dtjob_api.trainer_spec import OptimizerType as OptimizerType
+from dtjob_api.trainer_spec import Precision as Precision
+from dtjob_api.trainer_spec import TrainerSpec as TrainerSpec
 
 # Kubernetes resource quantity (e.g. "500m", "4", "16Gi"), the core API's own grammar
 # without a sign: checked by the API server too.

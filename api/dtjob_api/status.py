@@ -4,7 +4,7 @@ from enum import StrEnum
 
 from pydantic import Field
 
-from dtjob_operator.api.base import ApiModel
+from dtjob_api.base import ApiModel
 
 
 class JobPhase(StrEnum):

@@ -7,7 +7,7 @@ from typing import Annotated
 
 from pydantic import ConfigDict, Field, model_validator
 
-from dtjob_operator.api.base import ApiModel
+from dtjob_api.base import ApiModel
 
 # Lists carry bounds so that the API server can estimate the cost of the CEL rules
 # (immutability compares whole sub-objects) and a manifest cannot grow without limit.

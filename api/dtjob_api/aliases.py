@@ -18,7 +18,7 @@ The manifest keeps what the user wrote.
 
 from __future__ import annotations
 
-from dtjob_operator.api.spec import (
+from dtjob_api.spec import (
     DistributedTrainingJobSpec,
     ParameterServerSpec,
     PSMode,
