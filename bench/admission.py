@@ -261,7 +261,7 @@ def on_cluster(passes: int, pods: int) -> dict[str, Any]:
         time.sleep(5)
         gc.collect()
         result["cache_heap_mib"] = round((tracemalloc.get_traced_memory()[0] - before) / 2**20, 1)
-        result["cached_pods"] = len(caches.unfinished_pods or ())
+        result["cached_pods"] = len(caches.list_all_pods())
         tracemalloc.stop()
         cached = AdmissionController(
             kube, settings, OperatorMetrics(), AdmissionBook(), enqueue=lambda key: None,

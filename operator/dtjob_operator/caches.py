@@ -4,7 +4,10 @@
 - The pods and ConfigMaps the operator owns: label-selected on the server
   (`dtjob.io/job-name`), indexed by job; a change wakes that job's reconcile.
 - Every unfinished pod of the cluster (what holds node and quota room), trimmed to the
-  fields the admission reads (names, labels, owners, node, requests, phase).
+  fields the admission reads (names, labels, owners, node, requests, phase). Watching all
+  namespaces, the jobs' own pods are in the job-pods cache already: this one then selects
+  only the other pods (`!dtjob.io/job-name`), so no pod is held twice (with 1,000 jobs x
+  8 pods, the second copy was some 20 MiB; bench/api_load.py).
 - Nodes (without their image lists), ResourceQuotas (a change asks for an admission pass)
   and PriorityClasses.
 
@@ -39,6 +42,7 @@ log = logging.getLogger(__name__)
 JobKey = tuple[str, str]
 
 UNFINISHED = "status.phase!=Succeeded,status.phase!=Failed"
+FINISHED_PHASES = ("Succeeded", "Failed")
 # The API server ends each watch after this; the informer resumes it from where it was.
 WATCH_SECONDS = 300
 
@@ -165,6 +169,15 @@ class Caches:
             if job and meta.get("namespace"):
                 self.on_job_child((meta["namespace"], job))
 
+        def job_pod_changed(kind: str, obj: Obj) -> None:
+            owned_changed(kind, obj)
+            # What the unfinished-pods cache says by a DELETED when it does not hold the
+            # jobs' pods: a pod finished or went, and its room is free.
+            if self.jobs_pods_hold_capacity and (
+                kind == "DELETED" or (obj.get("status") or {}).get("phase") in FINISHED_PHASES
+            ):
+                self.on_capacity()
+
         def job_changed(_kind: str, obj: Obj) -> None:
             meta = obj.get("metadata") or {}
             if meta.get("namespace") and meta.get("name"):
@@ -205,15 +218,20 @@ class Caches:
             for s in scopes
         ]
         self.job_pods = [
-            Informer("job-pods", pods_call, trim=trim_job_pod, **owned, **s) for s in scopes
-        ]
+            Informer("job-pods", pods_call, trim=trim_job_pod, **{**owned,
+                     "on_change": job_pod_changed}, **s)
+            for s in scopes
+        ]  # fmt: skip
         self.job_config_maps = [
             Informer("job-configmaps", cms_call, trim=trim_owned, **owned, **s) for s in scopes
         ]
         # A pod that finishes or goes leaves this set (DELETED): room freed, a pass may admit.
+        others: dict[str, Any] = (
+            {"label_selector": f"!{LABEL_JOB_NAME}"} if self.jobs_pods_hold_capacity else {}
+        )
         self.unfinished_pods = Informer(
             "unfinished-pods", core.list_pod_for_all_namespaces, trim=trim_pod_for_capacity,
-            field_selector=UNFINISHED, on_change=capacity_changed, **common,
+            field_selector=UNFINISHED, on_change=capacity_changed, **others, **common,
         )  # fmt: skip
         self.nodes = Informer("nodes", core.list_node, trim=trim_node,
                               on_change=capacity_changed, **common)  # fmt: skip
@@ -224,6 +242,13 @@ class Caches:
         self.priority_classes = Informer(
             "priorityclasses", self.api.scheduling.list_priority_class, **common
         )
+
+    @property
+    def jobs_pods_hold_capacity(self) -> bool:
+        """Whether the job-pods cache is where the admission finds the jobs' own pods: when
+        it watches every namespace. Watching some namespaces only, pods of jobs elsewhere
+        (another installation's) hold room too, so the unfinished-pods cache keeps all."""
+        return not self.settings.namespaces
 
     @property
     def informers(self) -> list[Informer]:
@@ -352,7 +377,18 @@ class Caches:
         return list(jobs.values())
 
     def list_all_pods(self) -> list[Obj]:
-        return _read(self.unfinished_pods, self.api.list_all_pods)
+        """Every unfinished pod of the cluster (from the API server until both caches that
+        hold them have listed)."""
+        if not self.jobs_pods_hold_capacity:
+            return _read(self.unfinished_pods, self.api.list_all_pods)
+        informers = [self.unfinished_pods, *self.job_pods]
+        if not all(i is not None and i.synced.is_set() for i in informers):
+            return self.api.list_all_pods()
+        assert self.unfinished_pods is not None
+        return self.unfinished_pods.items() + [
+            p for i in self.job_pods for p in i.items()
+            if (p.get("status") or {}).get("phase") not in FINISHED_PHASES
+        ]  # fmt: skip
 
     def list_resource_quotas(self) -> list[Obj]:
         return _read(self.quotas, self.api.list_resource_quotas)

@@ -55,13 +55,15 @@ class OperatorSettings(BaseSettings):
     """Allow hostPath volumes in job pod templates. Off: a hostPath volume gives the pod the
     node's files, which only a trusted namespace should have; the job fails with
     InvalidSpec naming the volume."""
-    progress_sync_seconds: float = Field(default=60.0, gt=0, le=3600)
+    progress_sync_seconds: float = Field(default=300.0, gt=0, le=3600)
     """While a job starts or runs, how often it is looked at when nothing about it changed.
     Its pods and its progress ConfigMap are watched, so a change (progress included) is
     copied into status at once; timers the job asked for (activeDeadlineSeconds, the pods-
-    ready timeout) fire on time. This is only a safety net, and each look costs the API
-    server three requests per job, so it is not short (it was 5 s: 0.6 requests/s per
-    running job at rest, bench/results/api_load.json)."""
+    ready timeout) fire on time, and what is read but not watched (pod Events while a pod
+    hangs in ContainerCreating, a checkpoint claim, nodes under a terminating pod) is looked
+    at every resync_seconds. This is only a safety net against a missed watch event, so it
+    is long: each look at 1,000 running jobs costs the operator CPU, not requests (it was
+    60 s: 3.3 % of a core at rest with 1,000 jobs x 8 pods, bench/results/api_load.json)."""
     force_delete_margin_seconds: float = Field(default=30.0, ge=0, le=3600)
     """A pod terminating on a lost node (NotReady, Unknown, gone, out-of-service) is
     force-deleted this long after its grace period ended (docs/lifecycle.md)."""

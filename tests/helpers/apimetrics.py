@@ -9,7 +9,9 @@ without it, by (verb, resource, group)."""
 from __future__ import annotations
 
 import re
+import socket
 import time
+import urllib.request
 from collections import Counter
 
 from kubernetes import client
@@ -61,3 +63,28 @@ def per_second(counts: Counter[Key], seconds: float) -> dict[str, float]:
         if n
     }
     return dict(sorted(rows.items(), key=lambda kv: -abs(kv[1])))
+
+
+OPERATOR_SAMPLE = re.compile(r"^dtjob_api_requests_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (for an operator's metrics endpoint)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def requests_sent(port: int) -> Counter[tuple[str, str]]:
+    """The requests an operator serving its metrics on `port` has sent so far, by its own
+    client's count (`dtjob_api_requests_total`), by (verb, resource), WATCHes left out."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    counts: Counter[tuple[str, str]] = Counter()
+    for line in text.splitlines():
+        m = OPERATOR_SAMPLE.match(line)
+        if m:
+            labels = dict(LABEL.findall(m["labels"]))
+            if labels["verb"] != "WATCH":
+                counts[(labels["verb"], labels["resource"])] += int(float(m["value"]))
+    return counts

@@ -11,11 +11,7 @@ cost about three requests per running job every 5 s: over this window, some 360.
 
 from __future__ import annotations
 
-import re
-import socket
 import time
-import urllib.request
-from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -23,6 +19,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from helpers.apimetrics import free_port, requests_sent
 from helpers.jobs import GROUP, PLURAL, VERSION, JobBuilder, create_job
 from helpers.kube import wait_for
 from helpers.operator import OperatorProcess
@@ -34,19 +31,11 @@ WINDOW = 30.0
 SETTLE = 15.0  # the last status writes, and a resync of every job from the caches
 # What the operator does at rest: a write now and then is allowed (none is expected).
 MAX_REQUESTS = 5
-SAMPLE = re.compile(r"^dtjob_api_requests_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
-LABEL = re.compile(r'(\w+)="([^"]*)"')
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
 def metrics_port() -> int:
-    return _free_port()
+    return free_port()
 
 
 @pytest.fixture
@@ -60,20 +49,6 @@ def operator(cluster, crd, namespace, tmp_path, metrics_port) -> Iterator[Operat
     proc.start()
     yield proc
     proc.stop()
-
-
-def requests_sent(port: int) -> Counter[tuple[str, str]]:
-    """The operator's requests so far by (verb, resource), WATCHes left out."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
-        text = resp.read().decode()
-    counts: Counter[tuple[str, str]] = Counter()
-    for line in text.splitlines():
-        m = SAMPLE.match(line)
-        if m:
-            labels = dict(LABEL.findall(m["labels"]))
-            if labels["verb"] != "WATCH":
-                counts[(labels["verb"], labels["resource"])] += int(float(m["value"]))
-    return counts
 
 
 def _running(api: client.ApiClient, namespace: str) -> int:
