@@ -2,6 +2,8 @@
 # Installs (or removes) the chart on the local cluster's real node, as a user would:
 # `helm upgrade --install` of charts/dtjob-operator with the images hack/images.sh built.
 # The only local values: place the operator on the real node (label + taint dtjob.io/node=real).
+# --take-ownership: the chart renders the CRD, and a local cluster may already hold one that
+# `make dev-up`, the integration tests or an older chart (crds/ folder) created outside Helm.
 # Usage: hack/realnode-helm.sh install|test|uninstall   (KUBECONFIG and helm on PATH)
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -10,6 +12,7 @@ ns=${DTJOB_RELEASE_NAMESPACE:-dtjob-system}
 case "${1:-install}" in
   install)
     helm upgrade --install "$release" "$top/charts/dtjob-operator" -n "$ns" --create-namespace \
+      --take-ownership \
       --set-string 'nodeSelector.dtjob\.io/node=real' \
       --set 'tolerations[0].key=dtjob.io/node,tolerations[0].operator=Equal' \
       --set 'tolerations[0].value=real,tolerations[0].effect=NoSchedule' \

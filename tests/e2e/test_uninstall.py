@@ -1,6 +1,6 @@
-"""`helm uninstall` removes everything the chart made except the CRDs (Helm never deletes
-CRDs from a chart's crds/ directory: that would delete every job). Runs last in the tier and
-installs the release again for later sessions."""
+"""`helm uninstall` removes everything the chart made except the CRDs (the chart's CRD
+template carries `helm.sh/resource-policy: keep`: deleting it would delete every job). Runs
+last in the tier and installs the release again for later sessions."""
 
 from __future__ import annotations
 

@@ -37,14 +37,14 @@ def run_helm(kubeconfig: Path, *args: str) -> str:
 
 @pytest.fixture(scope="module")
 def release(cluster: Any) -> Iterator[tuple[str, str, str]]:
-    """The chart installed (without CRDs: the API tests own those) in a fresh namespace;
+    """The chart installed (without the CRD: the API tests own it) in a fresh namespace;
     yields (release, namespace, install output)."""
     name = f"rbac-{uuid.uuid4().hex[:6]}"
     namespace = f"{name}-system"
     out = run_helm(
         cluster.kubeconfig,
         "install", name, str(CHART),
-        "--namespace", namespace, "--create-namespace", "--skip-crds",
+        "--namespace", namespace, "--create-namespace", "--set", "crds.install=false",
     )  # fmt: skip
     try:
         yield name, namespace, out

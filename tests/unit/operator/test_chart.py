@@ -18,6 +18,8 @@ from dtjob_operator.settings import OperatorSettings
 REPO = Path(__file__).resolve().parents[3]
 CHART = REPO / "charts" / "dtjob-operator"
 KUBE_VERSION = "v1.33.13"
+# The chart renders the CRD (~800 KB of YAML): the C loader reads it in a tenth of the time.
+LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @functools.cache
@@ -35,15 +37,13 @@ def run_helm(*args: str) -> str:
     return result.stdout
 
 
-def render(*sets: str, include_crds: bool = False) -> dict[tuple[str, str], dict[str, Any]]:
+def render(*sets: str) -> dict[tuple[str, str], dict[str, Any]]:
     """`helm template` as {(kind, name): object}."""
     args = ["template", "dtj", str(CHART), "--namespace", "dtjob-system"]
     args += ["--kube-version", KUBE_VERSION]
-    if include_crds:
-        args.append("--include-crds")
     for s in sets:
         args += ["--set", s]
-    docs = [d for d in yaml.safe_load_all(run_helm(*args)) if d]
+    docs = [d for d in yaml.load_all(run_helm(*args), Loader=LOADER) if d]
     return {(d["kind"], d["metadata"]["name"]): d for d in docs}
 
 
@@ -73,6 +73,7 @@ def test_renders_one_of_each_resource_with_standard_labels() -> None:
         "ClusterRole",  # -cluster-reads
         "ClusterRoleBinding",
         "ClusterRoleBinding",
+        "CustomResourceDefinition",  # templates/crds.yaml, so that `helm upgrade` upgrades it
         "Deployment",
         "Pod",  # the `helm test` hook
         "Role",  # -leader-election
@@ -199,7 +200,7 @@ def render_list(*sets: str) -> list[dict[str, Any]]:
     args += ["--kube-version", KUBE_VERSION]
     for s in sets:
         args += ["--set", s]
-    return [d for d in yaml.safe_load_all(run_helm(*args)) if d]
+    return [d for d in yaml.load_all(run_helm(*args), Loader=LOADER) if d]
 
 
 Grant = tuple[str, str, str]  # (API group, resource, verb)
@@ -313,7 +314,7 @@ def test_helm_test_hook_checks_the_metrics_service_unprivileged() -> None:
 
 
 def test_crds_ship_with_the_chart() -> None:
-    objects = render(include_crds=True)
+    objects = render()
     crd = objects[("CustomResourceDefinition", "distributedtrainingjobs.dtjob.io")]
     assert crd["spec"]["names"]["shortNames"] == ["dtj"]
 

@@ -105,8 +105,10 @@ def leaf_paths(values: dict[str, Any], prefix: str = "") -> list[str]:
     return paths
 
 
-# Values whose contents are Kubernetes objects the API server validates field by field.
-OPEN_VALUES = {"podSecurityContext", "securityContext", "resources", "affinity"}
+# Values whose contents are Kubernetes objects the API server validates field by field, or
+# maps whose keys are the user's (a default entry is an example, not a value of its own).
+OPEN_VALUES = {"podSecurityContext", "securityContext", "resources", "affinity",
+               "metrics.grafanaDashboard.labels"}  # fmt: skip
 
 
 def schema_at(path: str) -> dict[str, Any] | None:

@@ -17,7 +17,7 @@ from dtjob_api.status import JobPhase
 REPO = Path(__file__).resolve().parents[3]
 COMMITTED = [
     REPO / "crds" / "dtjob.io_distributedtrainingjobs.yaml",
-    REPO / "charts" / "dtjob-operator" / "crds" / "dtjob.io_distributedtrainingjobs.yaml",
+    REPO / "charts" / "dtjob-operator" / "files" / "crds" / "dtjob.io_distributedtrainingjobs.yaml",
 ]
 # Template fields whose schema is the real core/v1 one (coreschema.py): the field itself
 # has our docstring, what is below it has core/v1's types without descriptions.
