@@ -50,19 +50,26 @@ class ChildCreator:
     def create(self, plan: Plan, job: Obj) -> CreateError | None:
         """Create the plan's children; the API server's refusal, if any (a permanent one
         in preference, since it decides the job's fate)."""
-        # The other children first and in order (pods mount the ConfigMap, run as the
-        # ServiceAccount); then the gang's pods in slow-start batches, each concurrently
-        # (a large gang created one POST at a time takes seconds to start; a refused gang
-        # stops after its first refusal instead of sending one doomed POST per pod).
+        # The other children first (pods mount the ConfigMap, run as the ServiceAccount),
+        # concurrently but for the RoleBinding, which comes after its Role: the API server
+        # checks a binding against the rules of the Role it names (RBAC escalation), and
+        # the operator may not `bind`. Then the gang's pods in slow-start batches, each
+        # concurrently (a large gang created one POST at a time takes seconds to start; a
+        # refused gang stops after its first refusal instead of one doomed POST per pod).
+        # Six children one after the other were six round trips per job, most of a burst's.
         uid = job["metadata"]["uid"]
-        for obj in plan.create:
-            if obj["kind"] == "Pod":
-                continue
-            _, error = self._try(obj, job)
-            if error is not None:
-                return error
-            if obj["kind"] != "ConfigMap":
-                self._ensured.setdefault(uid, set()).add((obj["kind"], obj["metadata"]["name"]))
+        others = [obj for obj in plan.create if obj["kind"] != "Pod"]
+        for stage in (
+            [obj for obj in others if obj["kind"] != "RoleBinding"],
+            [obj for obj in others if obj["kind"] == "RoleBinding"],
+        ):
+            results = list(self._pool.map(lambda obj: self._try(obj, job), stage))
+            for obj, (_, error) in zip(stage, results, strict=True):
+                if error is None and obj["kind"] != "ConfigMap":
+                    self._ensured.setdefault(uid, set()).add((obj["kind"], obj["metadata"]["name"]))
+            refused = _first_refusal([error for _, error in results])
+            if refused is not None:
+                return refused
         pods_to_create = [obj for obj in plan.create if obj["kind"] == "Pod"]
         results = create_in_batches(
             pods_to_create,
@@ -70,9 +77,7 @@ class ChildCreator:
             refused=lambda result: result[1] is not None,
         )
         self.metrics.pods_created.inc(sum(created for created, _ in results))
-        errors = [error for _, error in results if error is not None]
-        errors.sort(key=lambda e: not e.permanent)
-        return errors[0] if errors else None
+        return _first_refusal([error for _, error in results])
 
     def _try(self, obj: Obj, job: Obj) -> tuple[bool, CreateError | None]:
         """(created, refusal): an API error becomes a CreateError for the planner; other
@@ -122,3 +127,11 @@ class ChildCreator:
     def forget(self, uid: str) -> None:
         self._ensured.pop(uid, None)
         self._failures.pop(uid, None)
+
+
+def _first_refusal(errors: list[CreateError | None]) -> CreateError | None:
+    """The refusal that speaks for a batch: a permanent one first, since it decides the
+    job's fate."""
+    refused = [error for error in errors if error is not None]
+    refused.sort(key=lambda e: not e.permanent)
+    return refused[0] if refused else None
