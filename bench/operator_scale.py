@@ -86,6 +86,14 @@ def bench_time_to_pods(api: client.ApiClient, core: client.CoreV1Api, runs: int)
     }
 
 
+def _answers(port: int) -> bool:
+    try:
+        requests_sent(port)
+    except OSError:
+        return False
+    return True
+
+
 def bench_burst(
     api: client.ApiClient,
     core: client.CoreV1Api,
@@ -97,6 +105,7 @@ def bench_burst(
     ns = create_namespace(core, "burst")
     assert op.proc is not None
     cpu0 = cpu_seconds(op.proc.pid)
+    wait_for(lambda: _answers(metrics_port), timeout=60, interval=0.5)  # a fresh operator
     sent0 = requests_sent(metrics_port)
     start = time.monotonic()
     with ThreadPoolExecutor(8) as pool:
