@@ -68,7 +68,10 @@ def main() -> None:
         # The single write guard: a replica that does not lead sends no write at all.
         api_client.may_write = elector.is_leader
     reconciler = Reconciler(
-        api, settings, OperatorMetrics(), elector.is_leader if elector else lambda: True
+        api,
+        settings,
+        OperatorMetrics(settings.job_metrics_limit),
+        elector.is_leader if elector else lambda: True,
     )
     api_client.on_recovered = reconciler.on_api_recovered
     api_client.on_request = lambda method, url: reconciler.metrics.api_requests.labels(

@@ -2,7 +2,9 @@
 
 - The jobs (the reconcile's read; kopf's own watch of them wakes the reconciles).
 - The pods and ConfigMaps the operator owns: label-selected on the server
-  (`dtjob.io/job-name`), indexed by job; a change wakes that job's reconcile.
+  (`dtjob.io/job-name`), indexed by job; a change wakes that job's reconcile. Of the loss
+  history ConfigMaps only the metadata is kept, and their updates wake nothing: the
+  operator never reads them, and keeping them would cost a 512-row curve per job.
 - Every unfinished pod of the cluster (what holds node and quota room), trimmed to the
   fields the admission reads (names, labels, owners, node, requests, phase). Watching all
   namespaces, the jobs' own pods are in the job-pods cache already: this one then selects
@@ -33,9 +35,19 @@ from typing import Any
 
 from dtjob_api import GROUP, PLURAL, VERSION
 from dtjob_operator.constants import LABEL_JOB_NAME
-from dtjob_operator.informer import Informer, drop_managed_fields
+from dtjob_operator.informer import Informer
 from dtjob_operator.k8s import KubeApi, Obj
 from dtjob_operator.settings import OperatorSettings
+from dtjob_operator.trims import (
+    is_history_config_map,
+    trim_job_config_map,
+    trim_job_pod,
+    trim_node,
+    trim_owned,
+    trim_pod_for_capacity,
+)
+
+__all__ = ["CACHE_CALLS", "Caches", "trim_job_pod", "trim_node", "trim_pod_for_capacity"]
 
 log = logging.getLogger(__name__)
 
@@ -54,81 +66,6 @@ CACHE_CALLS: frozenset[tuple[str, str, str]] = frozenset(
                             ("", "resourcequotas"), ("scheduling.k8s.io", "priorityclasses"))
     for verb in ("list", "watch")
 )  # fmt: skip
-
-
-def trim_pod_for_capacity(pod: Obj) -> Obj:
-    """A pod as the admission reads it: who it is, where it runs, what it requests."""
-    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
-    keep_meta = ("name", "namespace", "uid", "labels", "ownerReferences", "resourceVersion",
-                 "deletionTimestamp")  # fmt: skip
-    containers = [{"resources": c.get("resources") or {}} for c in spec.get("containers") or []]
-    inits = [
-        {"resources": c.get("resources") or {}, "restartPolicy": c.get("restartPolicy")}
-        for c in spec.get("initContainers") or []
-    ]
-    return {
-        "metadata": {k: meta[k] for k in keep_meta if k in meta},
-        "spec": {
-            "nodeName": spec.get("nodeName"),
-            "containers": containers,
-            "initContainers": inits,
-        },
-        "status": {"phase": (pod.get("status") or {}).get("phase")},
-    }
-
-
-def trim_node(node: Obj) -> Obj:
-    """A node without what the operator never reads; its image list alone is often most of
-    it (every image on the node, with sizes)."""
-    drop_managed_fields(node)
-    status = node.get("status")
-    if isinstance(status, dict):
-        for key in ("images", "volumesAttached", "volumesInUse", "nodeInfo", "daemonEndpoints"):
-            status.pop(key, None)
-    meta = node.get("metadata")
-    if isinstance(meta, dict):
-        meta.pop("annotations", None)
-    return node
-
-
-# What the reconcile reads of its own pods' spec (the node, and what the admission charges a
-# pod); the rest (env, volumes, probes, the image...) is what the operator wrote itself and
-# never reads back, and most of a pod's size: 8,000 untrimmed pods held 437 MiB.
-_CONTAINER_FIELDS = ("name", "resources", "restartPolicy")
-_STATUS_DROPPED = ("image", "imageID", "containerID", "allocatedResources", "volumeMounts")
-
-
-def trim_job_pod(pod: Obj) -> Obj:
-    """A pod of a job as the reconcile and the admission read it: all its metadata, its
-    status (without the containers' image ids), and of its spec the node and the containers'
-    names and resources."""
-    trim_owned(pod)
-    spec = pod.get("spec")
-    if isinstance(spec, dict):
-        pod["spec"] = {
-            "nodeName": spec.get("nodeName"),
-            **{
-                kind: [{k: c[k] for k in _CONTAINER_FIELDS if k in c} for c in spec[kind]]
-                for kind in ("containers", "initContainers")
-                if isinstance(spec.get(kind), list)
-            },
-        }
-    status = pod.get("status")
-    if isinstance(status, dict):
-        for kind in ("containerStatuses", "initContainerStatuses"):
-            for c in status.get(kind) or ():
-                for key in _STATUS_DROPPED:
-                    c.pop(key, None)
-    return pod
-
-
-def trim_owned(obj: Obj) -> Obj:
-    """Our own pods and ConfigMaps: all but managedFields and the last-applied copy."""
-    drop_managed_fields(obj)
-    annotations = (obj.get("metadata") or {}).get("annotations")
-    if isinstance(annotations, dict):
-        annotations.pop("kubectl.kubernetes.io/last-applied-configuration", None)
-    return obj
 
 
 class Caches:
@@ -178,6 +115,13 @@ class Caches:
             ):
                 self.on_capacity()
 
+        def config_map_changed(kind: str, obj: Obj) -> None:
+            # A history write (every 30 s per running job) changes nothing the reconcile
+            # reads; its creation or deletion does (the planner re-creates a lost one).
+            if kind == "MODIFIED" and is_history_config_map(obj):
+                return
+            owned_changed(kind, obj)
+
         def job_changed(_kind: str, obj: Obj) -> None:
             meta = obj.get("metadata") or {}
             if meta.get("namespace") and meta.get("name"):
@@ -222,8 +166,10 @@ class Caches:
                      "on_change": job_pod_changed}, **s)
             for s in scopes
         ]  # fmt: skip
+        owned_config_maps = {**owned, "on_change": config_map_changed}
         self.job_config_maps = [
-            Informer("job-configmaps", cms_call, trim=trim_owned, **owned, **s) for s in scopes
+            Informer("job-configmaps", cms_call, trim=trim_job_config_map, **owned_config_maps, **s)
+            for s in scopes
         ]
         # A pod that finishes or goes leaves this set (DELETED): room freed, a pass may admit.
         others: dict[str, Any] = (

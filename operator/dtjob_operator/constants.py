@@ -147,6 +147,10 @@ EVENT_WARNING: Final = "Warning"
 CONFIG_KEY: Final = "config.json"
 CONFIG_PATH: Final = f"{CONFIG_MOUNT_DIR}/{CONFIG_KEY}"
 PROGRESS_KEY: Final = "progress.json"
+# The loss history rank 0 writes (docs/env-contract.md "Loss history"): rows in HISTORY_COLUMNS
+# order, at most 512, every `stride`-th logged step. The operator only creates it.
+HISTORY_KEY: Final = "history.json"
+HISTORY_COLUMNS: Final = ("step", "loss", "accuracy", "samplesPerSecond", "lr", "time")
 # The container's default terminationMessagePath: torchrun's error file goes there, so the
 # failing child's exit code reaches the pod status (policies/launcher_exit.py).
 TERMINATION_MESSAGE_PATH: Final = "/dev/termination-log"

@@ -28,7 +28,11 @@ from dtjob_api.spec import (
     StrategyType,
 )
 from dtjob_operator.constants import CONFIG_PATH, ROLE_ORDER, TERMINATION_MESSAGE_PATH
-from dtjob_operator.naming import pod_dns_name, progress_config_map_name
+from dtjob_operator.naming import (
+    history_config_map_name,
+    pod_dns_name,
+    progress_config_map_name,
+)
 
 PIPELINE_STRATEGIES = frozenset(
     {StrategyType.MODEL_PARALLEL, StrategyType.PIPELINE, StrategyType.HYBRID}
@@ -172,6 +176,7 @@ def build_env(
         "DTJ_CHECKPOINT_DIR": spec.checkpoint.mountPath,
         "DTJ_RENDEZVOUS_TIMEOUT": str(spec.network.rendezvousTimeoutSeconds),
         "DTJ_PROGRESS_CONFIGMAP": progress_config_map_name(job_name),
+        "DTJ_HISTORY_CONFIGMAP": history_config_map_name(job_name),
         "DTJ_GANG_GENERATION": str(generation),
     }
     strategy = StrategyType(spec.strategy.type)

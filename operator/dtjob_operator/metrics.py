@@ -7,12 +7,14 @@ import threading
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from dtjob_api.status import JobPhase
+from dtjob_operator.job_metrics import JobGauges
 
 
 class OperatorMetrics:
-    """Jobs by phase, gang restarts, pods created, reconcile latency and admission."""
+    """Jobs by phase, gang restarts, pods created, reconcile latency, admission, and the
+    training progress of each running job (job_metrics.py)."""
 
-    def __init__(self) -> None:
+    def __init__(self, job_limit: int = 1000) -> None:
         self.registry = CollectorRegistry()
         self.jobs = Gauge(
             "dtjob_jobs", "Jobs known to the operator, by phase", ["phase"], registry=self.registry
@@ -77,6 +79,7 @@ class OperatorMetrics:
             ["namespace"],
             registry=self.registry,
         )
+        self.job_progress = JobGauges(self.registry, job_limit)
         self._admission_namespaces: set[str] = set()
         self._phases: dict[tuple[str, str], str] = {}
         self._lock = threading.Lock()

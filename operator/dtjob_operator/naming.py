@@ -31,13 +31,18 @@ def progress_config_map_name(job: str) -> str:
     return f"{job}-progress"
 
 
+def history_config_map_name(job: str) -> str:
+    """The ConfigMap rank 0 writes the bounded loss history into (key history.json)."""
+    return f"{job}-history"
+
+
 def service_account_name(job: str) -> str:
     """The ServiceAccount the job's pods run as."""
     return f"{job}-trainer"
 
 
 def role_name(job: str) -> str:
-    """The RBAC Role allowing get/patch of the progress ConfigMap only."""
+    """The RBAC Role allowing get/patch of the progress and history ConfigMaps only."""
     return f"{job}-progress"
 
 

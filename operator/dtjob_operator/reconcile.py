@@ -352,6 +352,9 @@ class Reconciler:
         for event in plan.events:
             self.api.emit_event(job, event.type, event.reason, event.message)
         self.metrics.observe_phase(key, plan.status.get("phase"))
+        self.metrics.job_progress.observe(
+            key, plan.status.get("phase"), plan.status.get("progress")
+        )
         if retry_after is not None:
             return retry_after
         unwatched = bool(claim_name) or bool(observed.pod_events)
@@ -477,6 +480,7 @@ class Reconciler:
 
     def _forget(self, key: JobKey, job: Obj | None) -> None:
         self.metrics.observe_phase(key, None)
+        self.metrics.job_progress.observe(key, None, None)
         self._failures.pop(key, None)
         self._seen.pop(key, None)
         if job is not None:

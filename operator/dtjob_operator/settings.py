@@ -31,6 +31,10 @@ class OperatorSettings(BaseSettings):
     liveness_stuck_seconds: float = Field(default=300.0, ge=10, le=86400)
     """A reconcile in flight longer than this makes the liveness endpoint fail (every API
     call has a timeout, so only something truly stuck gets there)."""
+    job_metrics_limit: int = Field(default=1000, ge=0, le=100000)
+    """Most jobs with per-job gauges (dtjob_job_step, _loss, ...) on /metrics; running jobs
+    beyond it are counted in dtjob_job_metrics_left_out_jobs. Bounds the series a large
+    cluster gives Prometheus (finished jobs have none)."""
     log_level: str = Field(default="INFO", pattern=r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL)$")
     """Python log level."""
     standalone: bool = False

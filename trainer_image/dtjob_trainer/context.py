@@ -22,6 +22,7 @@ from dtjob_trainer.checkpoint import Checkpointer
 from dtjob_trainer.config import Precision, TrainerConfig
 from dtjob_trainer.data import Dataset, load_dataset
 from dtjob_trainer.env import DistEnv
+from dtjob_trainer.history import TrainingHistory
 from dtjob_trainer.models import build_model
 from dtjob_trainer.progress import ProgressReporter
 
@@ -47,6 +48,8 @@ class RunContext:
     checkpoints: Checkpointer
     reporter: ProgressReporter
     options: RunOptions = field(default_factory=RunOptions)
+    history: TrainingHistory = field(default_factory=TrainingHistory.disabled)
+    """Rank 0's loss history (metrics.jsonl, the history ConfigMap, TensorBoard)."""
     stop: threading.Event = field(default_factory=threading.Event)
     strategy_name: str = ""
     """The strategy actually run (Auto fills in its choice)."""

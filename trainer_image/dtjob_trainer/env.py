@@ -45,6 +45,9 @@ class DistEnv:
     checkpoint_dir: str
     rendezvous_timeout: float
     progress_configmap: str | None
+    history_configmap: str | None
+    history_interval: float
+    """DTJ_HISTORY_INTERVAL: least seconds between writes of the loss history (default 30)."""
     gang_generation: int
     ps_hosts: tuple[str, ...]
     worker_hosts: tuple[str, ...]
@@ -119,6 +122,13 @@ def read_env(environ: Mapping[str, str] | None = None) -> DistEnv:
         rendezvous_timeout = float(timeout)
     except ValueError:
         raise ConfigError(f"environment variable DTJ_RENDEZVOUS_TIMEOUT: {timeout!r}") from None
+    history_interval = _get(env, "DTJ_HISTORY_INTERVAL", "30")
+    try:
+        interval = float(history_interval)
+    except ValueError:
+        raise ConfigError(
+            f"environment variable DTJ_HISTORY_INTERVAL: {history_interval!r} is not a number"
+        ) from None
     return DistEnv(
         master_addr=_get(env, "MASTER_ADDR"),
         master_port=_int(env, "MASTER_PORT", minimum=1),
@@ -138,6 +148,8 @@ def read_env(environ: Mapping[str, str] | None = None) -> DistEnv:
         checkpoint_dir=_get(env, "DTJ_CHECKPOINT_DIR", "/checkpoints"),
         rendezvous_timeout=rendezvous_timeout,
         progress_configmap=env.get("DTJ_PROGRESS_CONFIGMAP") or None,
+        history_configmap=env.get("DTJ_HISTORY_CONFIGMAP") or None,
+        history_interval=interval,
         gang_generation=_int(env, "DTJ_GANG_GENERATION", 0),
         ps_hosts=_hosts(env, "DTJ_PS_HOSTS"),
         worker_hosts=_hosts(env, "DTJ_WORKER_HOSTS"),

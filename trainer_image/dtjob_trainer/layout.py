@@ -71,6 +71,7 @@ def pod_env(
     backend: str,
     host_of: Callable[[str, int], str] | None = None,
     progress_configmap: str | None = None,
+    history_configmap: str | None = None,
     gang_generation: int = 0,
 ) -> dict[str, str]:
     """The contract's variables for one pod. `host_of(role, index)` names a pod's host
@@ -112,6 +113,8 @@ def pod_env(
         env["NCCL_SOCKET_IFNAME"] = str(cfg.network.nccl_socket_ifname)
     if progress_configmap:
         env["DTJ_PROGRESS_CONFIGMAP"] = progress_configmap
+    if history_configmap:
+        env["DTJ_HISTORY_CONFIGMAP"] = history_configmap
     if cfg.strategy.type == StrategyType.PARAMETER_SERVER:
         env["DTJ_PS_HOSTS"] = ",".join(host(p.role, p.index) for p in pods if p.role == "ps")
         env["DTJ_WORKER_HOSTS"] = ",".join(

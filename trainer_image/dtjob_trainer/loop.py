@@ -10,7 +10,8 @@ A strategy describes itself with a `Trainable` and calls `run_loop(ctx, trainabl
    collective over `sync_group`, the pending per-step losses and a stop flag. `step(s)`
    returns this rank's share of the loss: the sum over `sync_group` is the global loss
    (data-parallel ranks return loss / dp_size, ranks without a loss return 0);
-4. logs an interval line and reports progress every `logEverySteps`;
+4. logs an interval line, reports progress and records a point of the loss history
+   (`ctx.history`, cut back to the start step on resume) every `logEverySteps`;
 5. checkpoints every `checkpoint.everySteps`, at the end, and when any rank saw SIGTERM
    (then raises `Preempted`, exit 143): `state_dict()` is a collective returning the full
    state on rank 0, which must contain "model" (full parameters by name); a strategy with
@@ -161,6 +162,8 @@ def run_loop(ctx: RunContext, t: Trainable) -> RunResult:
     verify = ctx.options.verify_replicas and t.replica is not None
 
     start = _resume(ctx, t)
+    ctx.history.resume(start)
+    lr = ctx.cfg.trainer.optimizer.lr  # constant: the trainer has no LR schedule
     result = RunResult(strategy=t.name, steps=start, start_step=start)
     meter = _Meter(start, time.perf_counter())
     last_ckpt: int | None = start if start > 0 else None
@@ -192,6 +195,7 @@ def run_loop(ctx: RunContext, t: Trainable) -> RunResult:
             ctx.reporter.update(
                 step=step, epoch=epoch, loss=losses[-1], samplesPerSecond=rate, etaSeconds=eta
             )
+            ctx.history.record(step, losses[-1], rate, lr)
         if due_ckpt or stop:
             result.train_seconds += time.perf_counter() - timer
             result.train_cpu_seconds += time.process_time() - cpu_timer
@@ -223,6 +227,7 @@ def run_loop(ctx: RunContext, t: Trainable) -> RunResult:
             f"held-out accuracy {result.accuracy}"
         )
         ctx.reporter.update(force=True, step=step, accuracy=result.accuracy, etaSeconds=0.0)
+        ctx.history.finish(step, result.accuracy)
     return result
 
 

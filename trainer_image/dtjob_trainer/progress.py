@@ -57,15 +57,15 @@ class ProgressSink(Protocol):
 
 
 class FileSink:
-    """progress.json in a local directory, replaced atomically."""
+    """progress.json (or another `name`) in a local directory, replaced atomically."""
 
-    def __init__(self, directory: str | os.PathLike[str]) -> None:
-        self.path = Path(directory) / PROGRESS_KEY
+    def __init__(self, directory: str | os.PathLike[str], name: str = PROGRESS_KEY) -> None:
+        self.path = Path(directory) / name
 
     def write(self, body: str) -> None:
         """Write the document."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{PROGRESS_KEY}.tmp-{os.getpid()}")
+        tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
         tmp.write_text(body)
         os.replace(tmp, self.path)
 
@@ -75,16 +75,24 @@ class ConfigMapSink(ConfigMapClient):
     progress helper's client (report.py), built from the trainer's parsed env."""
 
     @classmethod
-    def for_env(cls, env: DistEnv, sa_dir: str = SERVICE_ACCOUNT_DIR) -> ConfigMapSink:
-        """The sink for a pod: API server from KUBERNETES_SERVICE_HOST/PORT, SA token + CA."""
+    def for_env(
+        cls,
+        env: DistEnv,
+        sa_dir: str = SERVICE_ACCOUNT_DIR,
+        configmap: str | None = None,
+        key: str = PROGRESS_KEY,
+    ) -> ConfigMapSink:
+        """The sink for a pod: API server from KUBERNETES_SERVICE_HOST/PORT, SA token + CA;
+        the progress ConfigMap unless `configmap` (and its `key`) is given."""
         client = ConfigMapClient.in_cluster(
             env.namespace,
-            env.progress_configmap or "",
+            configmap or env.progress_configmap or "",
             env.kubernetes_host or "",
             env.kubernetes_port,
             sa_dir,
+            key,
         )
-        return cls(client.url, client.token_path, client.ssl_context, client.timeout)
+        return cls(client.url, client.token_path, client.ssl_context, client.timeout, key)
 
 
 class ProgressReporter:

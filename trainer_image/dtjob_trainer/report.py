@@ -7,6 +7,8 @@
         report(step=step + 1, total=total, loss=loss, epoch=epoch, samples_per_sec=rate)
     ...
     report(checkpoint=step)                         # after a checkpoint was written
+    report_history(step=step + 1, loss=loss, lr=lr) # a point of the loss curve
+    flush_history()                                 # at the end (and after a checkpoint)
 
 `report()` does something only in the rank-0 process (RANK unset counts as rank 0) of a pod
 the operator made (DTJ_PROGRESS_CONFIGMAP and KUBERNETES_SERVICE_HOST set); elsewhere it
@@ -16,6 +18,12 @@ key of the job's progress ConfigMap, with a merge PATCH over HTTPS authenticated
 service-account token, and never raises into the training loop: a failed write is logged
 (the first, then every 10th) and the next report tries again. The operator copies the
 document into the job's status.progress (STEP and LOSS in `kubectl get dtj`).
+
+`report_history()` adds a point to the job's loss curve: a bounded series (at most 512 rows;
+when full, every other row goes and `stride` doubles, so the curve from the first step stays
+whole at a coarser resolution) written as the `history.json` key of the ConfigMap named by
+DTJ_HISTORY_CONFIGMAP at most every `DTJ_HISTORY_INTERVAL` seconds (default 30). A restarted
+process continues the curve it finds there, dropping the points at and after its first step.
 
 Standard library only, and one file, so that any image can carry it. Adapters for Hugging
 Face Transformers (`hf_callback()`) and Lightning (`lightning_callback()`) import their
@@ -32,12 +40,16 @@ import ssl
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
 PROGRESS_KEY = "progress.json"
+HISTORY_KEY = "history.json"
+HISTORY_COLUMNS = ("step", "loss", "accuracy", "samplesPerSecond", "lr", "time")
+HISTORY_ROWS = 512
+DEFAULT_HISTORY_INTERVAL = 30.0
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 DEFAULT_MIN_INTERVAL = 5.0
 # report() keyword -> status.progress field.
@@ -63,7 +75,7 @@ def utc_now() -> str:
 
 
 class ConfigMapClient:
-    """Merge-PATCH of the `progress.json` key of one ConfigMap through the API server."""
+    """Merge-PATCH (and GET) of one key of one ConfigMap through the API server."""
 
     def __init__(
         self,
@@ -71,11 +83,13 @@ class ConfigMapClient:
         token_path: str,
         ssl_context: ssl.SSLContext | None,
         timeout: float = 5.0,
+        key: str = PROGRESS_KEY,
     ) -> None:
         self.url = url
         self.token_path = token_path
         self.ssl_context = ssl_context
         self.timeout = timeout
+        self.key = key
 
     @classmethod
     def in_cluster(
@@ -85,46 +99,56 @@ class ConfigMapClient:
         host: str,
         port: str | None = None,
         sa_dir: str = SERVICE_ACCOUNT_DIR,
+        key: str = PROGRESS_KEY,
     ) -> ConfigMapClient:
         """The client for a pod: the API server's Service address, the SA token and CA."""
         if ":" in host:  # IPv6 literal
             host = f"[{host}]"
         url = f"https://{host}:{port or 443}/api/v1/namespaces/{namespace}/configmaps/{configmap}"
         context = ssl.create_default_context(cafile=os.path.join(sa_dir, "ca.crt"))
-        return cls(url, os.path.join(sa_dir, "token"), context)
+        return cls(url, os.path.join(sa_dir, "token"), context, key=key)
 
     @classmethod
     def from_env(
-        cls, environ: Mapping[str, str] | None = None, sa_dir: str = SERVICE_ACCOUNT_DIR
+        cls,
+        environ: Mapping[str, str] | None = None,
+        sa_dir: str = SERVICE_ACCOUNT_DIR,
+        variable: str = "DTJ_PROGRESS_CONFIGMAP",
+        key: str = PROGRESS_KEY,
     ) -> ConfigMapClient | None:
-        """From the env contract (DTJ_NAMESPACE, DTJ_PROGRESS_CONFIGMAP) and the variables
-        the kubelet sets (KUBERNETES_SERVICE_HOST/PORT); None outside such a pod."""
+        """From the env contract (DTJ_NAMESPACE, the ConfigMap's `variable`) and the
+        variables the kubelet sets (KUBERNETES_SERVICE_HOST/PORT); None outside such a pod."""
         env = os.environ if environ is None else environ
-        host, configmap = env.get("KUBERNETES_SERVICE_HOST"), env.get("DTJ_PROGRESS_CONFIGMAP")
+        host, configmap = env.get("KUBERNETES_SERVICE_HOST"), env.get(variable)
         namespace = env.get("DTJ_NAMESPACE")
         if not (host and configmap and namespace):
             return None
-        return cls.in_cluster(
-            namespace, configmap, host, env.get("KUBERNETES_SERVICE_PORT"), sa_dir
-        )
+        port = env.get("KUBERNETES_SERVICE_PORT")
+        return cls.in_cluster(namespace, configmap, host, port, sa_dir, key)
 
     def write(self, body: str) -> None:
-        """PATCH data["progress.json"] = body; raises on any HTTP or network error."""
+        """PATCH data[key] = body; raises on any HTTP or network error."""
+        patch = json.dumps({"data": {self.key: body}}).encode()
+        self._call("PATCH", patch)
+
+    def read(self) -> str | None:
+        """GET data[key] (None when the key is not there); raises like write()."""
+        data = json.loads(self._call("GET", None)).get("data") or {}
+        value = data.get(self.key)
+        return value if isinstance(value, str) else None
+
+    def _call(self, method: str, body: bytes | None) -> bytes:
         # Re-read every time: the kubelet rotates projected tokens.
         token = Path(self.token_path).read_text().strip()
-        patch = json.dumps({"data": {PROGRESS_KEY: body}}).encode()
-        request = urllib.request.Request(
-            self.url,
-            data=patch,
-            method="PATCH",
-            headers={
-                "Authorization": f"Bearer {token}",
-                "Content-Type": "application/merge-patch+json",
-                "Accept": "application/json",
-            },
-        )
-        with urllib.request.urlopen(request, timeout=self.timeout, context=self.ssl_context):
-            pass
+        headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = "application/merge-patch+json"
+        request = urllib.request.Request(self.url, data=body, method=method, headers=headers)
+        with urllib.request.urlopen(
+            request, timeout=self.timeout, context=self.ssl_context
+        ) as response:
+            answer: bytes = response.read()
+            return answer
 
 
 class Sink(Protocol):
@@ -209,6 +233,183 @@ class Reporter:
             )
 
 
+class History:
+    """A loss curve in at most `capacity` rows, like a decimating recorder: a point is kept
+    when its index (the count of points added before it) is a multiple of `stride`; when
+    the rows are full every other one goes and `stride` doubles. The first point and the
+    latest (held aside while it is off the grid) are always there. A point at or before
+    the last step rewinds the curve to before it (a run resumed from a checkpoint)."""
+
+    def __init__(self, capacity: int = HISTORY_ROWS) -> None:
+        if capacity < 2:
+            raise ValueError("a history needs room for at least 2 rows")
+        self.capacity = capacity
+        self.stride = 1
+        self.kept: list[list[Any]] = []
+        self.latest: list[Any] | None = None  # the newest point, when it is not in `kept`
+        self._count = 0
+
+    def add(self, row: list[Any]) -> None:
+        """Append one row (in HISTORY_COLUMNS order, step first)."""
+        newest = self.latest or (self.kept[-1] if self.kept else None)
+        if newest is not None and row[0] <= newest[0]:
+            self.rewind(row[0])
+        if self._count % self.stride:
+            self.latest = row
+        else:
+            self.kept.append(row)
+            self.latest = None
+            if len(self.kept) >= self.capacity:
+                self.kept, dropped = self.kept[::2], self.kept[-1]
+                self.stride *= 2
+                self.latest = dropped if self.kept[-1] is not dropped else None
+        self._count += 1
+
+    def amend_last(self, row: list[Any]) -> None:
+        """Replace the newest row (same step; e.g. with the final accuracy)."""
+        if self.latest is not None:
+            self.latest = row
+        elif self.kept:
+            self.kept[-1] = row
+
+    def rewind(self, step: int) -> None:
+        """Forget the rows at and after `step`."""
+        self.kept = [r for r in self.kept if r[0] < step]
+        if self.latest is not None and self.latest[0] >= step:
+            self.latest = None
+        self._count = len(self.kept) * self.stride
+
+    def seed(self, document: Mapping[str, Any]) -> None:
+        """Continue a curve written before (a restarted process): its rows and stride."""
+        columns = document.get("columns") or list(HISTORY_COLUMNS)
+        rows = [r for r in document.get("rows") or () if isinstance(r, list)]
+        self.kept = [
+            [dict(zip(columns, r, strict=False)).get(c) for c in HISTORY_COLUMNS] for r in rows
+        ]
+        self.kept = [r for r in self.kept if isinstance(r[0], int | float)]
+        self.stride = max(1, int(document.get("stride") or 1))
+        self.latest = None
+        while len(self.kept) >= self.capacity:
+            self.kept, self.stride = self.kept[::2], self.stride * 2
+        self._count = len(self.kept) * self.stride
+
+    @property
+    def rows(self) -> list[list[Any]]:
+        """The rows in step order."""
+        return self.kept + ([self.latest] if self.latest is not None else [])
+
+    def document(self) -> dict[str, Any]:
+        """The `history.json` document."""
+        return {"columns": list(HISTORY_COLUMNS), "rows": self.rows, "stride": self.stride}
+
+
+def history_row(point: Mapping[str, Any]) -> list[Any]:
+    """A row in HISTORY_COLUMNS order from a point keyed by column name: the step an int,
+    numbers floats, NaN and infinity null, `time` now (unix seconds) unless given."""
+    row: list[Any] = [int(point["step"])]
+    for column in HISTORY_COLUMNS[1:]:
+        value = point.get(column)
+        if column == "time" and value is None:
+            value = round(time.time(), 3)
+        try:
+            value = float(value) if value is not None else None
+        except (TypeError, ValueError):
+            value = None
+        row.append(value if value is None or math.isfinite(value) else None)
+    return row
+
+
+class HistoryRecorder:
+    """The job's loss curve, written through `sink` at most every `min_interval` seconds.
+
+    `load()` (the history ConfigMap's GET in a pod) is read before the first point, so a
+    restarted process continues the curve; thread-safe; never raises."""
+
+    def __init__(
+        self,
+        sink: Sink | None,
+        min_interval: float = DEFAULT_HISTORY_INTERVAL,
+        clock: Callable[[], float] = time.monotonic,
+        capacity: int = HISTORY_ROWS,
+        load: Callable[[], str | None] | None = None,
+    ) -> None:
+        self.sink = sink
+        self.min_interval = min_interval
+        self.history = History(capacity)
+        self.failures = 0
+        self._clock = clock
+        self._load = load
+        self._last_write = float("-inf")
+        self._dirty = False
+        self._lock = threading.Lock()
+
+    def add(self, point: Mapping[str, Any], force: bool = False) -> bool:
+        """Add one point (keys of HISTORY_COLUMNS; `step` required) and write when due;
+        True when a write was made and succeeded."""
+        try:
+            row = history_row(point)
+            with self._lock:
+                self._seed()
+                self.history.add(row)
+                self._dirty = True
+        except Exception as exc:  # a point without a step, say: the curve goes on without it
+            log.warning("history point %r not recorded: %s", dict(point), exc)
+            return False
+        return self.flush() if force else self._write(due_only=True)
+
+    def replace_last(self, point: Mapping[str, Any]) -> None:
+        """Replace the newest point (same step), written with the next write."""
+        with self._lock:
+            self.history.amend_last(history_row(point))
+            self._dirty = True
+
+    def rebuild(self, points: Iterable[Mapping[str, Any]]) -> None:
+        """Start over from `points` (the bundled trainer's metrics.jsonl on resume)."""
+        with self._lock:
+            self._load = None
+            self.history = History(self.history.capacity)
+            for point in points:
+                self.history.add(history_row(point))
+            self._dirty = True
+
+    def flush(self) -> bool:
+        """Write now if anything was added since the last write."""
+        return self._write(due_only=False)
+
+    def _seed(self) -> None:
+        load, self._load = self._load, None
+        if load is None:
+            return
+        try:
+            if text := load():
+                document = json.loads(text)
+                if isinstance(document, dict):
+                    self.history.seed(document)
+        except Exception as exc:  # start a new curve rather than stop
+            log.warning("could not read the earlier loss history: %s", exc)
+
+    def _write(self, due_only: bool) -> bool:
+        try:
+            with self._lock:
+                if self.sink is None or not self._dirty:
+                    return False
+                now = self._clock()
+                if due_only and now - self._last_write < self.min_interval:
+                    return False
+                self._last_write, self._dirty = now, False
+                body = json.dumps(self.history.document(), separators=(",", ":"))
+            self.sink.write(body)
+        except Exception as exc:
+            with self._lock:
+                self._dirty = True  # the next write sends it
+            self.failures += 1
+            if self.failures == 1 or self.failures % 10 == 0:
+                log.warning("history write failed (%d in a row): %s", self.failures, exc)
+            return False
+        self.failures = 0
+        return True
+
+
 def is_rank_zero(environ: Mapping[str, str] | None = None) -> bool:
     """RANK is 0 or unset (a single process)."""
     env = os.environ if environ is None else environ
@@ -231,7 +432,25 @@ def reporter_from_env(
         return Reporter(None, interval)
 
 
+def history_from_env(
+    environ: Mapping[str, str] | None = None, sa_dir: str = SERVICE_ACCOUNT_DIR
+) -> HistoryRecorder:
+    """Rank 0 in a pod: a recorder writing the job's history ConfigMap (continuing the
+    curve already there); otherwise one that only remembers."""
+    env = os.environ if environ is None else environ
+    interval = float(env.get("DTJ_HISTORY_INTERVAL") or DEFAULT_HISTORY_INTERVAL)
+    if not is_rank_zero(env):
+        return HistoryRecorder(None, interval)
+    try:
+        client = ConfigMapClient.from_env(env, sa_dir, "DTJ_HISTORY_CONFIGMAP", HISTORY_KEY)
+    except (OSError, ssl.SSLError) as exc:
+        log.warning("loss history disabled: cannot read the service account: %s", exc)
+        return HistoryRecorder(None, interval)
+    return HistoryRecorder(client, interval, load=client.read if client else None)
+
+
 _default: Reporter | None = None
+_default_history: HistoryRecorder | None = None
 _default_lock = threading.Lock()
 
 
@@ -242,6 +461,15 @@ def default_reporter() -> Reporter:
         if _default is None:
             _default = reporter_from_env()
         return _default
+
+
+def default_history() -> HistoryRecorder:
+    """The process's history recorder, made from the environment on first use."""
+    global _default_history
+    with _default_lock:
+        if _default_history is None:
+            _default_history = history_from_env()
+        return _default_history
 
 
 def report(
@@ -281,6 +509,38 @@ def report(
     return reporter.update({FIELDS[k]: v for k, v in values.items()}, force=force)
 
 
+def report_history(
+    *,
+    step: int,
+    loss: float | None = None,
+    accuracy: float | None = None,
+    samples_per_sec: float | None = None,
+    lr: float | None = None,
+    force: bool = False,
+) -> bool:
+    """Add a point to the job's loss curve (see the module docstring); True when the curve
+    was written just now (at most every DTJ_HISTORY_INTERVAL s; `force` writes now). A
+    step at or before the last one replaces the points from there on. Never raises."""
+    point = {"step": step, "loss": loss, "accuracy": accuracy, "lr": lr}
+    point["samplesPerSecond"] = samples_per_sec
+    try:
+        recorder = default_history()
+    except Exception as exc:  # a malformed DTJ_HISTORY_INTERVAL, say
+        log.warning("loss history disabled: %s", exc)
+        return False
+    return recorder.add(point, force=force)
+
+
+def flush_history() -> bool:
+    """Write the loss curve now if it has new points: at the end of training and after a
+    checkpoint (a SIGTERM may follow). Never raises."""
+    try:
+        return default_history().flush()
+    except Exception as exc:
+        log.warning("loss history disabled: %s", exc)
+        return False
+
+
 # --- framework adapters: their framework is imported only when they are called ------------
 
 
@@ -302,12 +562,18 @@ def hf_callback(base: type | None = None) -> Any:
                 loss=logs.get("loss"),
                 samples_per_sec=logs.get("train_samples_per_second"),
             )
+            if logs.get("loss") is not None:
+                report_history(
+                    step=state.global_step, loss=logs["loss"], lr=logs.get("learning_rate")
+                )
 
         def on_save(self, args: Any, state: Any, control: Any, **_: Any) -> None:
             report(step=state.global_step, checkpoint=state.global_step, force=True)
+            flush_history()
 
         def on_train_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:
             report(step=state.global_step, force=True)
+            flush_history()
 
     return DtjobProgressCallback()
 
@@ -334,12 +600,16 @@ def lightning_callback(base: type | None = None) -> Any:
                 epoch=trainer.current_epoch,
                 loss=_number(loss),
             )
+            if _number(loss) is not None:
+                report_history(step=trainer.global_step, loss=_number(loss))
 
         def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: Any) -> None:
             report(step=trainer.global_step, checkpoint=trainer.global_step, force=True)
+            flush_history()
 
         def on_train_end(self, trainer: Any, pl_module: Any) -> None:
             report(step=trainer.global_step, force=True)
+            flush_history()
 
     return DtjobProgressCallback()
 

@@ -113,6 +113,7 @@ def _train(
     from dtjob_trainer import dist as tdist
     from dtjob_trainer.checkpoint import Checkpointer
     from dtjob_trainer.context import RunContext, RunOptions
+    from dtjob_trainer.history import make_history
     from dtjob_trainer.progress import make_reporter
 
     backend = tdist.resolve_backend(env.backend if env.backend != "auto" else cfg.strategy.backend)
@@ -125,6 +126,7 @@ def _train(
         device=device,
         checkpoints=Checkpointer(env.checkpoint_dir, cfg.checkpoint.keep),
         reporter=make_reporter(env, local_progress),
+        history=make_history(env),
         options=RunOptions(result_file=result_file, verify_replicas=verify_replicas),
         stop=stop,
         strategy_name="",
@@ -144,7 +146,11 @@ def _train(
     training.set()
     if stop.is_set():  # SIGTERM raced the rendezvous: nothing trained, nothing to save
         return EXIT_PREEMPTED
-    result = strategy(ctx)
+    try:
+        result = strategy(ctx)
+    finally:
+        # The last points of the curve, at the end and after a SIGTERM's checkpoint alike.
+        ctx.history.close()
     if env.rank == 0 and result_file:
         import torch
 

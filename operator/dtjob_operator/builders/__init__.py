@@ -7,7 +7,11 @@ from dtjob_operator.builders.children import (
     build_support_objects,
     child_key,
 )
-from dtjob_operator.builders.configmaps import build_config_map, build_progress_config_map
+from dtjob_operator.builders.configmaps import (
+    build_config_map,
+    build_history_config_map,
+    build_progress_config_map,
+)
 from dtjob_operator.builders.job import Job, Manifest, owner_reference
 from dtjob_operator.builders.pod import build_pod
 from dtjob_operator.builders.rbac import build_rbac
@@ -18,6 +22,7 @@ __all__ = [
     "Manifest",
     "build_children",
     "build_config_map",
+    "build_history_config_map",
     "build_pod",
     "build_pods",
     "build_progress_config_map",

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from dtjob_operator.builders.configmaps import build_config_map, build_progress_config_map
+from dtjob_operator.builders.configmaps import (
+    build_config_map,
+    build_history_config_map,
+    build_progress_config_map,
+)
 from dtjob_operator.builders.job import Job, Manifest
 from dtjob_operator.builders.network_policy import build_network_policy
 from dtjob_operator.builders.pod import build_pod
@@ -20,6 +24,7 @@ def build_support_objects(job: Job, settings: OperatorSettings | None = None) ->
         *build_rbac(job),
         build_config_map(job),
         build_progress_config_map(job),
+        build_history_config_map(job),
         build_service(job),
     ]
     if settings is not None and settings.network_policy:

@@ -1,10 +1,11 @@
-"""A ServiceAccount per job whose only right is to update that job's progress."""
+"""A ServiceAccount per job whose only right is to update that job's progress and history."""
 
 from __future__ import annotations
 
 from dtjob_api import podtemplate as pt
 from dtjob_operator.builders.job import Job, Manifest, child_metadata
 from dtjob_operator.naming import (
+    history_config_map_name,
     progress_config_map_name,
     role_binding_name,
     role_name,
@@ -15,8 +16,9 @@ from dtjob_operator.naming import (
 def build_rbac(job: Job) -> list[Manifest]:
     """ServiceAccount, Role and RoleBinding, in the order they must exist.
 
-    The Role names the one progress ConfigMap (resourceNames) and allows only get and
-    patch, so a compromised trainer can change nothing but its own job's progress. Pods
+    The Role names the job's progress and history ConfigMaps (resourceNames) and allows
+    only get and patch, so a compromised trainer can change nothing but its own job's
+    progress and loss history. Pods
     whose template names its own serviceAccountName run as that account, so it is bound
     too: progress reporting keeps working, and the account gains only this one right."""
     sa = service_account_name(job.name)
@@ -36,7 +38,10 @@ def build_rbac(job: Job) -> list[Manifest]:
                 {
                     "apiGroups": [""],
                     "resources": ["configmaps"],
-                    "resourceNames": [progress_config_map_name(job.name)],
+                    "resourceNames": [
+                        progress_config_map_name(job.name),
+                        history_config_map_name(job.name),
+                    ],
                     "verbs": ["get", "patch"],
                 }
             ],

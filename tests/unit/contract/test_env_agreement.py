@@ -18,7 +18,7 @@ from dtjob_operator.builders.configmaps import config_json
 from dtjob_operator.builders.job import Job
 from dtjob_operator.constants import CONFIG_PATH
 from dtjob_operator.envcontract import build_env, resolve_backend
-from dtjob_operator.naming import progress_config_map_name
+from dtjob_operator.naming import history_config_map_name, progress_config_map_name
 from dtjob_trainer.config import load_config
 from dtjob_trainer.env import read_env
 from dtjob_trainer.layout import plan_pods, pod_env
@@ -64,6 +64,7 @@ def test_operator_and_trainer_lay_out_the_same_env(path: Path) -> None:
             checkpoint_dir=job.spec.checkpoint.mountPath,
             backend=backend,
             progress_configmap=progress_config_map_name(name),
+            history_configmap=history_config_map_name(name),
             gang_generation=3,
         )
         shared = {k: v for k, v in operator_env.items() if k not in OPERATOR_ONLY}

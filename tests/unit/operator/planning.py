@@ -21,6 +21,7 @@ SUPPORT = frozenset(
         ("RoleBinding", "j-progress"),
         ("ConfigMap", "j-config"),
         ("ConfigMap", "j-progress"),
+        ("ConfigMap", "j-history"),
         ("Service", "j"),
     }
 )

@@ -11,6 +11,7 @@ from unit.operator.builders import a_job
 from dtjob_operator.builders import (
     build_children,
     build_config_map,
+    build_history_config_map,
     build_pod,
     build_progress_config_map,
     build_rbac,
@@ -84,7 +85,18 @@ def test_progress_config_map_starts_empty() -> None:
     }
 
 
-def test_rbac_allows_only_get_and_patch_of_the_own_progress_config_map() -> None:
+def test_history_config_map_starts_with_no_rows_in_the_readers_format() -> None:
+    cm = build_history_config_map(a_job().with_workers(1).job())
+    assert cm["metadata"] == meta("j-history")  # labels and owner as every child: GC'd
+    assert list(cm["data"]) == ["history.json"]
+    # Byte for byte what the SDK and `kubectl dtj plot` are written against.
+    assert cm["data"]["history.json"] == (
+        '{"columns": ["step", "loss", "accuracy", "samplesPerSecond", "lr", "time"], '
+        '"rows": [], "stride": 1}'
+    )
+
+
+def test_rbac_allows_only_get_and_patch_of_the_own_progress_and_history() -> None:
     sa, role, binding = build_rbac(a_job().with_workers(1).job())
     assert sa == {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta("j-trainer")}
     assert role["kind"] == "Role" and role["metadata"] == meta("j-progress")
@@ -92,7 +104,7 @@ def test_rbac_allows_only_get_and_patch_of_the_own_progress_config_map() -> None
         {
             "apiGroups": [""],
             "resources": ["configmaps"],
-            "resourceNames": ["j-progress"],
+            "resourceNames": ["j-progress", "j-history"],
             "verbs": ["get", "patch"],
         }
     ]
@@ -310,6 +322,7 @@ def test_build_children_lists_support_objects_before_the_gang_in_rank_order() ->
         ("RoleBinding", "j-progress"),
         ("ConfigMap", "j-config"),
         ("ConfigMap", "j-progress"),
+        ("ConfigMap", "j-history"),
         ("Service", "j"),
         ("Pod", "j-worker-0"),
         ("Pod", "j-worker-1"),
@@ -318,7 +331,7 @@ def test_build_children_lists_support_objects_before_the_gang_in_rank_order() ->
     for child in children:
         assert child["metadata"]["ownerReferences"] == [OWNER]
         assert child["metadata"]["labels"]["dtjob.io/job-name"] == "j"
-    assert {c["metadata"]["labels"]["dtjob.io/generation"] for c in children[6:]} == {"2"}
+    assert {c["metadata"]["labels"]["dtjob.io/generation"] for c in children[7:]} == {"2"}
 
 
 def test_building_twice_gives_identical_manifests() -> None:

@@ -61,6 +61,7 @@ CASES = [
             "RoleBinding/j-progress",
             "ConfigMap/j-config",
             "ConfigMap/j-progress",
+            "ConfigMap/j-history",
             "Service/j",
             *GANG_0,
         ],

@@ -41,6 +41,8 @@ def test_read_env_parses_every_variable() -> None:
             "DTJ_CHECKPOINT_DIR": "/ck",
             "DTJ_RENDEZVOUS_TIMEOUT": "30",
             "DTJ_PROGRESS_CONFIGMAP": "j-progress",
+            "DTJ_HISTORY_CONFIGMAP": "j-history",
+            "DTJ_HISTORY_INTERVAL": "12.5",
             "DTJ_GANG_GENERATION": "4",
             "DTJ_PS_HOSTS": "a,b",
             "DTJ_WORKER_HOSTS": "c",
@@ -54,6 +56,7 @@ def test_read_env_parses_every_variable() -> None:
     assert env.ps_hosts == ("a", "b") and env.worker_hosts == ("c",)
     assert (env.rendezvous_timeout, env.gang_generation) == (30.0, 4)
     assert env.in_cluster and env.progress_configmap == "j-progress"
+    assert (env.history_configmap, env.history_interval) == ("j-history", 12.5)
     assert env.pp_size is None and env.stage_index is None
 
 
@@ -61,6 +64,7 @@ def test_defaults_for_a_bare_local_process() -> None:
     env = read_env(BASE)
     assert env.rank == 2 and not env.local_rank_set and not env.in_cluster
     assert env.checkpoint_dir == "/checkpoints" and env.rendezvous_timeout == 300.0
+    assert env.history_interval == 30.0 and env.history_configmap is None
 
 
 @pytest.mark.parametrize(
@@ -68,6 +72,7 @@ def test_defaults_for_a_bare_local_process() -> None:
     [
         ({"RANK": None}, "environment variable RANK: required"),
         ({"WORLD_SIZE": "two"}, "environment variable WORLD_SIZE: 'two' is not an integer"),
+        ({"DTJ_HISTORY_INTERVAL": "soon"}, "DTJ_HISTORY_INTERVAL: 'soon' is not a number"),
         ({"LOCAL_RANK": "2"}, "environment variable LOCAL_RANK: 2 must be below"),
         ({"RANK": "5"}, "environment variable RANK: 5 + LOCAL_WORLD_SIZE 2 exceeds WORLD_SIZE"),
         ({"DTJ_CONFIG": ""}, "environment variable DTJ_CONFIG: required"),
@@ -107,6 +112,7 @@ SPECS = {
 LOCAL_ONLY = {
     "DTJ_CONFIG",
     "DTJ_PROGRESS_CONFIGMAP",
+    "DTJ_HISTORY_CONFIGMAP",
     "NCCL_SOCKET_IFNAME",
     "DTJ_BACKEND",
     "TORCHELASTIC_ERROR_FILE",

@@ -190,8 +190,10 @@ class ProgressLog:
         self._mark = (start, time.perf_counter())
 
     def restart(self, step: int) -> None:
-        """Measure throughput from `step` on (after a resume)."""
+        """Measure throughput from `step` on, and cut the loss history back to it (after a
+        resume)."""
         self._mark = (step, time.perf_counter())
+        self.ctx.history.resume(step)
 
     def record(self, step: int, loss: float | None, force: bool = False) -> None:
         """Record the loss of `step`; log when the step is a log step or `force`."""
@@ -219,6 +221,7 @@ class ProgressLog:
             samplesPerSecond=rate,
             etaSeconds=eta,
         )
+        self.ctx.history.record(step, loss, rate, cfg.optimizer.lr)
 
     def finish(self, name: str, step: int, result: RunResult) -> None:
         """Rank 0: the closing line and the final progress report."""
@@ -235,6 +238,7 @@ class ProgressLog:
             etaSeconds=0.0,
             message=result.message or None,
         )
+        self.ctx.history.finish(step, result.accuracy)
 
 
 class WorkerSession:
