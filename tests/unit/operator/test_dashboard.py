@@ -14,6 +14,7 @@ from dtjob_operator.metrics import OperatorMetrics
 
 DASHBOARD = CHART / "files" / "dashboards" / "dtjob.json"
 
+
 def dashboard() -> dict[str, Any]:
     return json.loads(DASHBOARD.read_text())  # type: ignore[no-any-return]
 
