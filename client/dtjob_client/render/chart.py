@@ -22,7 +22,10 @@ def format_chart(history: History, title: str, width: int = WIDTH, height: int =
         col = 0 if s1 == s0 else round((step - s0) / (s1 - s0) * (width - 1))
         level = 0 if hi == lo else round((loss - lo) / (hi - lo) * (height - 1))
         grid[height - 1 - level][col] = "*"
-    labels = {0: hi, (height - 1) // 2: (hi + lo) / 2, height - 1: lo}
+    # A flat curve sits on the bottom row, the only one labelled.
+    labels = (
+        {height - 1: lo} if hi == lo else {0: hi, (height - 1) // 2: (hi + lo) / 2, height - 1: lo}
+    )
     label_width = max(len(f"{v:.4g}") for v in labels.values())
     lines = [f"{title} (loss by step, {len(points)} points, stride {history.stride})"]
     for i, cells in enumerate(grid):

@@ -74,7 +74,7 @@ def format_top(jobs: Sequence[Job], now: datetime, all_namespaces: bool = False)
     phases = Counter(str(j.status.phase) for j in jobs)
     summary = ", ".join(f"{n} {phase}" for phase, n in sorted(phases.items()))
     busy = sum(j.gpus for j in jobs if j.status.phase in ("Running", "Restarting", "Starting"))
-    head = f"{len(jobs)} jobs ({summary or 'none'}); {busy} GPUs held by started jobs"
+    head = f"{len(jobs)} jobs ({summary or 'none'}); {busy} GPUs in started gangs"
 
     def key(j: Job) -> tuple[int, float, str, str]:
         p = j.status.progress
