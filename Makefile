@@ -4,7 +4,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 TOP := $(abspath .)
 export DTJOB_CACHE ?= $(HOME)/.cache/dtjob
-export PYTHONPATH := $(TOP)/api:$(TOP)/operator:$(TOP)/trainer_image$(if $(PYTHONPATH),:$(PYTHONPATH))
+export PYTHONPATH := $(TOP)/api:$(TOP)/operator:$(TOP)/trainer_image:$(TOP)/client$(if $(PYTHONPATH),:$(PYTHONPATH))
 
 include mk/*.mk
 

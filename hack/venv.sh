@@ -22,8 +22,9 @@ if [ ! -f "$venv/.complete" ]; then
       "$python" -m venv "$venv" &&
         "$venv/bin/python" -m pip install --upgrade pip==25.3 &&
         "$venv/bin/python" -m pip install -r "$top/requirements/operator.txt" \
-          -r "$top/requirements/trainer.txt" -r "$top/requirements/dev.txt" &&
-        "$venv/bin/python" -c 'import kopf, kubernetes, torch, sklearn, pytest'
+          -r "$top/requirements/trainer.txt" -r "$top/requirements/client.txt" \
+          -r "$top/requirements/dev.txt" &&
+        "$venv/bin/python" -c 'import kopf, kubernetes, torch, sklearn, pytest, click, PIL'
     } >"$venv.log" 2>&1 || {
       echo "venv: creating the Python environment failed; see $venv.log" >&2
       exit 1
