@@ -27,7 +27,7 @@ def _apply(e2e: E2E, ns: str, name: str, args: list[str], claim: str | None = No
 
 
 def _condition(job: dict[str, Any], type_: str) -> dict[str, Any]:
-    for c in job["status"].get("conditions") or []:
+    for c in (job.get("status") or {}).get("conditions") or []:
         if c["type"] == type_:
             return dict(c)
     return {}
