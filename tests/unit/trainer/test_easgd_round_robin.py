@@ -63,7 +63,7 @@ def algorithm_1(spec: dict[str, Any], steps: int) -> Algorithm1:
     shard j of global batch s = t // G; on rounds s % tau == 0 it and the centre move by
     alpha (W_j - W_bar) from the values before its gradient step."""
     cfg = load_config(spec)
-    ps, t = cfg.strategy.parameter_server, cfg.trainer
+    ps, t = cfg.parameter_server, cfg.trainer
     alpha = t.optimizer.lr * ps.rho
     model = build_model(cfg, torch.float64)
     data = load_dataset(cfg, torch.float64)
@@ -75,7 +75,7 @@ def algorithm_1(spec: dict[str, Any], steps: int) -> Algorithm1:
     for turn in range(steps * WORKERS):
         j, s = turn % WORKERS, turn // WORKERS
         w = parameters_to_vector(models[j].parameters()).detach().clone()
-        x, y = batch(data, s, t.batch_size, t.seed, j, WORKERS)
+        x, y = batch(data, s, t.batchSize, t.seed, j, WORKERS)
         optimizers[j].zero_grad()
         loss = loss_fn(models[j](x), y)
         loss.backward()

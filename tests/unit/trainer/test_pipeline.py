@@ -18,7 +18,8 @@ from unit.trainer.harness import a_spec, launch
 from unit.trainer.ranks import run_ranks
 from unit.trainer.reference import assert_losses_close, assert_params_close, reference_run
 
-from dtjob_trainer.config import PipelineSchedule, load_config
+from dtjob_api.spec import PipelineSchedule
+from dtjob_trainer.config import load_config
 from dtjob_trainer.data import batch, load_dataset
 from dtjob_trainer.errors import EXIT_CONFIG, ConfigError
 from dtjob_trainer.evaluate import accuracy
@@ -48,11 +49,11 @@ def pipeline_spec(schedule: str, stages: int = 2, microbatches: int = 4, **train
 def one_pipeline_step(rank: int, world: int, spec: dict[str, Any]) -> dict[str, Any]:
     """Rank body: one training pass of the batch of step 0, then an eval pass."""
     cfg = load_config(spec)
-    p = cfg.strategy.pipeline
-    plan = make_plan(p.schedule, p.microbatches, p.stages_per_rank, world, rank)
+    p = cfg.pipeline
+    plan = make_plan(p.schedule, p.microbatches, p.stagesPerRank, world, rank)
     schedule, stages = build_pipeline(build_model(cfg, torch.float64), plan, torch.device("cpu"))
     data = load_dataset(cfg, torch.float64)
-    x, y = batch(data, 0, cfg.trainer.batch_size, cfg.trainer.seed)
+    x, y = batch(data, 0, cfg.trainer.batchSize, cfg.trainer.seed)
     losses, _ = pipeline_step(schedule, plan, x, y)
     grads = {
         n: q.grad.clone() for n, q in local_module(stages).named_parameters() if q.grad is not None
@@ -73,9 +74,9 @@ def full_batch_reference(spec: dict[str, Any]) -> dict[str, Any]:
     cfg = load_config(spec)
     model = build_model(cfg, torch.float64)
     data = load_dataset(cfg, torch.float64)
-    x, y = batch(data, 0, cfg.trainer.batch_size, cfg.trainer.seed)
+    x, y = batch(data, 0, cfg.trainer.batchSize, cfg.trainer.seed)
     loss_fn(model(x), y).backward()
-    m = cfg.strategy.pipeline.microbatches
+    m = cfg.pipeline.microbatches
     with torch.no_grad():
         losses = [
             loss_fn(model(xc), yc).item() for xc, yc in zip(x.chunk(m), y.chunk(m), strict=True)

@@ -118,7 +118,7 @@ def run(ctx: RunContext) -> RunResult:
         )
     master = n
     is_master = ctx.rank == master
-    tau = ctx.cfg.strategy.parameter_server.tau
+    tau = ctx.cfg.parameter_server.tau
     alpha = elastic_alpha(ctx)
     group = protocol_group(ctx)
     model = ctx.build_model().to(ctx.device)
@@ -196,6 +196,6 @@ def run(ctx: RunContext) -> RunResult:
             state_dict=state_dict,
             load_state_dict=load_state_dict,
             evaluate=evaluate,
-            samples_per_step=ctx.cfg.trainer.batch_size,
+            samples_per_step=ctx.cfg.trainer.batchSize,
         ),
     )

@@ -30,11 +30,11 @@ def build_mesh(device_type: str, world_size: int, dp: int) -> DeviceMesh:
 
 def run(ctx: RunContext) -> RunResult:
     """Train with one pipeline per data-parallel replica over the job's stage ranks."""
-    dp = ctx.cfg.strategy.hybrid.data_parallel
+    dp = ctx.cfg.hybrid.dataParallel
     mesh = build_mesh(ctx.device.type, ctx.world_size, dp)
     pp_rank, dp_rank = divmod(ctx.rank, dp)
-    p = ctx.cfg.strategy.pipeline
-    plan = make_plan(p.schedule, p.microbatches, p.stages_per_rank, ctx.world_size // dp, pp_rank)
+    p = ctx.cfg.pipeline
+    plan = make_plan(p.schedule, p.microbatches, p.stagesPerRank, ctx.world_size // dp, pp_rank)
     return run_pipeline(
         ctx,
         plan,

@@ -22,7 +22,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
-from dtjob_trainer.config import PipelineSchedule
+from dtjob_api.spec import PipelineSchedule
 from dtjob_trainer.context import RunContext, RunResult
 from dtjob_trainer.data import batch
 from dtjob_trainer.dist import broadcast_object
@@ -121,7 +121,7 @@ def run_pipedream(
             live = {k: p.detach().clone() for k, p in module.named_parameters()}
             store = initial_store(schedule, s, loaded_shadow, live)
             driver.restore(live_version_at(schedule, s, microbatches), store)
-        x, y = batch(ctx.data, s, cfg.batch_size, cfg.seed)
+        x, y = batch(ctx.data, s, cfg.batchSize, cfg.seed)
         losses = driver.run(
             actions(s) if actions else step_actions(schedule, n, rank, microbatches, s),
             x.to(driver.device) if driver.is_first else None,
@@ -161,11 +161,11 @@ def run_pipedream(
 
     def evaluate() -> float | None:
         data = ctx.data
-        rows = scored_rows(data, cfg.dataset.eval_samples)
+        rows = scored_rows(data, cfg.dataset.evalSamples)
         correct = 0
         with eval_autocast(driver.device):
-            for start in range(0, rows, cfg.batch_size):
-                xs = data.x_test[start : min(rows, start + cfg.batch_size)].to(driver.device)
+            for start in range(0, rows, cfg.batchSize):
+                xs = data.x_test[start : min(rows, start + cfg.batchSize)].to(driver.device)
                 out = driver.forward_only(xs if driver.is_first else None)
                 if out is not None:
                     ys = data.y_test[start : start + out.shape[0]].to(driver.device)
@@ -184,7 +184,7 @@ def run_pipedream(
             state_dict=state_dict,
             load_state_dict=load_state_dict,
             evaluate=evaluate,
-            samples_per_step=cfg.batch_size,
+            samples_per_step=cfg.batchSize,
         ),
     )
 

@@ -37,7 +37,7 @@ from torch.distributed.pipelining import (
 from torch.distributed.pipelining.schedules import _PipelineSchedule
 from torch.distributed.pipelining.stage import _PipelineStageBase
 
-from dtjob_trainer.config import PipelineSchedule
+from dtjob_api.spec import PipelineSchedule
 from dtjob_trainer.context import RunContext, RunResult
 from dtjob_trainer.data import batch
 from dtjob_trainer.dist import broadcast_object
@@ -221,7 +221,7 @@ def run_pipeline(
 
     def step(s: int) -> torch.Tensor:
         optimizer.zero_grad(set_to_none=True)
-        x, y = batch(ctx.data, s, cfg.batch_size, cfg.seed, dp_rank, dp_size)
+        x, y = batch(ctx.data, s, cfg.batchSize, cfg.seed, dp_rank, dp_size)
         with ctx.autocast():
             losses, _ = pipeline_step(schedule, plan, x.to(device), y.to(device))
         if dp_size > 1:
@@ -260,9 +260,9 @@ def run_pipeline(
         acc = None
         if dp_rank == 0:
             data = ctx.data
-            n = scored_rows(data, cfg.dataset.eval_samples)
+            n = scored_rows(data, cfg.dataset.evalSamples)
             acc = pipeline_accuracy(
-                schedule, plan, data.x_test[:n], data.y_test[:n], cfg.batch_size // dp_size, device
+                schedule, plan, data.x_test[:n], data.y_test[:n], cfg.batchSize // dp_size, device
             )
         box = torch.tensor([acc if acc is not None else 0.0], dtype=torch.float64, device=device)
         dist.broadcast(box, src=last_rank_of_replica0)
@@ -276,7 +276,7 @@ def run_pipeline(
             state_dict=state_dict,
             load_state_dict=load_state_dict,
             evaluate=evaluate,
-            samples_per_step=cfg.batch_size,
+            samples_per_step=cfg.batchSize,
         ),
     )
 
@@ -332,12 +332,12 @@ def _name_key(name: str) -> tuple[tuple[int, int, str], ...]:
 
 def run(ctx: RunContext) -> RunResult:
     """Train with a pipeline over every stage rank of the job."""
-    p = ctx.cfg.strategy.pipeline
+    p = ctx.cfg.pipeline
     if p.schedule in (PipelineSchedule.PIPEDREAM, PipelineSchedule.PIPEDREAM_2BW):
         # Imported here: the asynchronous driver imports this module's checkpoint helpers.
         from dtjob_trainer.strategies.pipedream import check_async_plan, run_pipedream
 
         check_async_plan(p.schedule, p.microbatches, ctx.world_size)
         return run_pipedream(ctx, p.schedule, p.microbatches)
-    plan = make_plan(p.schedule, p.microbatches, p.stages_per_rank, ctx.world_size, ctx.rank)
+    plan = make_plan(p.schedule, p.microbatches, p.stagesPerRank, ctx.world_size, ctx.rank)
     return run_pipeline(ctx, plan, ctx.strategy_name or NAME)

@@ -28,7 +28,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from dtjob_trainer.config import PipelineSchedule, Precision, StrategyType, TrainerConfig
+from dtjob_api.spec import PipelineSchedule, Precision, StrategyType
+from dtjob_trainer.config import TrainerConfig
 from dtjob_trainer.context import RunContext, RunResult
 from dtjob_trainer.data import batch
 from dtjob_trainer.errors import ConfigError
@@ -92,7 +93,7 @@ def check_groups(cfg: TrainerConfig, blocks: int) -> None:
             f"{FIELD}: blocks x replicas over the groups must add up to the model's blocks "
             f"({sum(given)} != {blocks})"
         )
-    schedule = cfg.strategy.pipeline.schedule
+    schedule = cfg.pipeline.schedule
     if schedule == PipelineSchedule.INTERLEAVED_1F1B:
         raise ConfigError(f"{FIELD}: cannot run schedule Interleaved1F1B")
 
@@ -126,7 +127,7 @@ def balanced_sizes(ctx: RunContext, model: nn.Sequential, device: torch.device) 
     device; the split minimises the slowest stage by those times (a GPU stage takes more
     blocks than a CPU one). All ranks compute the same split from the gathered times."""
     cfg = ctx.cfg
-    micro = max(1, cfg.trainer.batch_size // cfg.strategy.pipeline.microbatches)
+    micro = max(1, cfg.trainer.batchSize // cfg.pipeline.microbatches)
     x, _ = batch(ctx.data, 0, micro, cfg.trainer.seed)
     mine = measure_block_costs(list(model.children()), x, device)
     everyone: list[list[float] | None] = [None] * ctx.world_size
@@ -156,11 +157,11 @@ def run(ctx: RunContext) -> RunResult:
     driver = GroupStage(
         module, rank, n, device, loss_fn, optimizer.step, _autocast(cfg, device), wire
     )
-    schedule = cfg.strategy.pipeline.schedule
-    microbatches = cfg.strategy.pipeline.microbatches
+    schedule = cfg.pipeline.schedule
+    microbatches = cfg.pipeline.microbatches
     if cfg.strategy.type == StrategyType.MODEL_PARALLEL:
         schedule, microbatches = PipelineSchedule.GPIPE, 1
-    ctx.strategy_name = ctx.strategy_name or cfg.strategy.type.value
+    ctx.strategy_name = ctx.strategy_name or str(cfg.strategy.type)
     if rank == 0:
         log.info("stage groups: blocks per stage %s, this stage on %s", sizes, device)
     if schedule in ASYNC_SCHEDULES:
