@@ -139,6 +139,10 @@ def test_two_bw_needs_a_full_pipeline_exits_2(tmp_path: Path) -> None:
 
 def test_hybrid_refuses_the_async_schedules() -> None:
     for schedule in (PipelineSchedule.PIPEDREAM, PipelineSchedule.PIPEDREAM_2BW):
-        with pytest.raises(ConfigError, match=r"strategy\.pipeline\.schedule") as err:
-            make_plan(schedule, 4, 1, pp_size=2, pp_rank=0)
+        extra = {"pipeline": {"schedule": schedule}, "hybrid": {"dataParallel": 2}}
+        spec = a_spec("Hybrid", workers=None, stages=4, strategy_extra=extra)
+        with pytest.raises(ConfigError, match=r"^strategy\.pipeline\.schedule: ") as err:
+            load_config(spec)
         assert err.value.exit_code == EXIT_CONFIG
+        with pytest.raises(ValueError, match="its own driver"):
+            make_plan(schedule, 4, 1, pp_size=2, pp_rank=0)

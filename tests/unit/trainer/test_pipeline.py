@@ -127,18 +127,21 @@ def test_training_equals_single_process(schedule: str, tmp_path: Path) -> None:
 
 
 def test_too_few_microbatches_for_1f1b_is_a_config_error() -> None:
-    with pytest.raises(ConfigError, match=r"strategy\.pipeline\.microbatches") as err:
-        make_plan(PipelineSchedule.ONE_F_ONE_B, 3, 1, pp_size=4, pp_rank=0)
+    # torch's Schedule1F1B raises when m < stages: dtjob_api's rule refuses it at load.
+    msg = r"^strategy\.pipeline\.microbatches: schedule 1F1B needs at least as many"
+    with pytest.raises(ConfigError, match=msg) as err:
+        load_config(pipeline_spec("1F1B", stages=4, microbatches=2))
     assert err.value.exit_code == EXIT_CONFIG
-    assert "4" in str(err.value)  # says how many it needs
-    make_plan(PipelineSchedule.ONE_F_ONE_B, 4, 1, pp_size=4, pp_rank=0)  # enough: accepted
-    make_plan(PipelineSchedule.GPIPE, 1, 1, pp_size=4, pp_rank=0)  # GPipe has no minimum
+    assert "(2 micro-batches, 4 pipeline ranks)" in str(err.value)  # says how many
+    load_config(pipeline_spec("1F1B", stages=4, microbatches=4))  # enough: accepted
+    load_config(pipeline_spec("GPipe", stages=4, microbatches=1))  # GPipe has no minimum
 
 
 def test_interleaved_microbatches_must_fill_rounds() -> None:
     # 2 ranks, 5 micro-batches: 2 rounds of 2 do not hold 5.
-    with pytest.raises(ConfigError, match=r"strategy\.pipeline\.microbatches"):
-        make_plan(PipelineSchedule.INTERLEAVED_1F1B, 5, 2, pp_size=2, pp_rank=0)
+    msg = r"^strategy\.pipeline\.microbatches: schedule Interleaved1F1B needs the micro"
+    with pytest.raises(ConfigError, match=msg):
+        load_config(pipeline_spec("Interleaved1F1B", stages=2, microbatches=5, batchSize=30))
     plan = make_plan(PipelineSchedule.INTERLEAVED_1F1B, 6, 3, pp_size=2, pp_rank=1)
     assert plan.num_stages == 6 and plan.stage_indices() == [1, 3, 5]
 

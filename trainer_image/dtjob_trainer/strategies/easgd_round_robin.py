@@ -36,7 +36,6 @@ from torch import nn
 
 from dtjob_trainer.context import RunContext, RunResult
 from dtjob_trainer.dist import broadcast_object
-from dtjob_trainer.errors import ConfigError
 from dtjob_trainer.evaluate import final_accuracy
 from dtjob_trainer.loop import Trainable, run_loop
 from dtjob_trainer.optim import build_optimizer
@@ -110,12 +109,6 @@ def _gradient_step(
 def run(ctx: RunContext) -> RunResult:
     """Round-robin EASGD: workers 0 .. G-1, the master (the one ps process) last."""
     n = ctx.cfg.role_processes("worker")
-    if ctx.cfg.role_processes("ps") != 1 or n + 1 != ctx.world_size:
-        raise ConfigError(
-            "roles.ps: ParameterServer mode EASGDRoundRobin keeps the centre on one master: "
-            f"exactly 1 ps process (got {ctx.cfg.role_processes('ps')}, WORLD_SIZE "
-            f"{ctx.world_size})"
-        )
     master = n
     is_master = ctx.rank == master
     tau = ctx.cfg.parameter_server.tau

@@ -30,7 +30,7 @@ from torch import nn
 from dtjob_api.spec import OptimizerSpec
 from dtjob_trainer.context import RunContext, RunResult
 from dtjob_trainer.data import global_batch_indices, shard
-from dtjob_trainer.errors import ConfigError, Preempted, TrainerError
+from dtjob_trainer.errors import Preempted, TrainerError
 from dtjob_trainer.models import loss_fn
 from dtjob_trainer.optim import build_optimizer
 from dtjob_trainer.strategies._async import (
@@ -246,17 +246,6 @@ def run(ctx: RunContext) -> RunResult:
     k = ctx.cfg.parameter_server.hogwildProcesses
     cfg = ctx.cfg.trainer
     parts = lay.n_workers * k
-    if cfg.batchSize % parts != 0:
-        raise ConfigError(
-            f"trainer.batchSize: {cfg.batchSize} must be divisible by the Hogwild processes "
-            f"of the job ({lay.n_workers} workers x strategy.parameterServer.hogwildProcesses "
-            f"{k} = {parts})"
-        )
-    if lay.n_ps == 0 and lay.n_workers > 1:
-        raise ConfigError(
-            f"roles.ps: Hogwild with {lay.n_workers} worker processes needs parameter servers "
-            f"to combine them (or use one worker process)"
-        )
     name = ctx.strategy_name or NAME
     group = protocol_group(ctx) if lay.n_ps else None
     model = ctx.build_model()

@@ -13,18 +13,13 @@ from __future__ import annotations
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from dtjob_trainer.context import RunContext, RunResult
-from dtjob_trainer.errors import ConfigError
 from dtjob_trainer.strategies.pipeline import make_plan, run_pipeline
 
 NAME = "Hybrid"
 
 
 def build_mesh(device_type: str, world_size: int, dp: int) -> DeviceMesh:
-    """The ("pp", "dp") mesh over every rank; ConfigError when dp does not divide them."""
-    if dp < 1 or world_size % dp != 0:
-        raise ConfigError(
-            f"strategy.hybrid.dataParallel: {dp} must divide the {world_size} stage processes"
-        )
+    """The ("pp", "dp") mesh over every rank (the config's rules: dp divides them)."""
     return init_device_mesh(device_type, (world_size // dp, dp), mesh_dim_names=("pp", "dp"))
 
 

@@ -26,7 +26,6 @@ from dtjob_api.spec import PipelineSchedule
 from dtjob_trainer.context import RunContext, RunResult
 from dtjob_trainer.data import batch
 from dtjob_trainer.dist import broadcast_object
-from dtjob_trainer.errors import ConfigError
 from dtjob_trainer.evaluate import eval_autocast, scored_rows
 from dtjob_trainer.loop import Trainable, run_loop
 from dtjob_trainer.models import loss_fn, split_into_stages
@@ -40,16 +39,6 @@ from dtjob_trainer.strategies.pipedream_stage import PipeDreamStage
 from dtjob_trainer.strategies.pipeline import merge_stage_states, select_optimizer_state
 
 ASYNC_SCHEDULES = (PipelineSchedule.PIPEDREAM, PipelineSchedule.PIPEDREAM_2BW)
-
-
-def check_async_plan(schedule: PipelineSchedule, microbatches: int, stages: int) -> None:
-    """ConfigError (exit 2, naming the field) for sizes the schedule cannot run: 2BW keeps
-    two weight versions only if a step's micro-batches fill the pipeline (m >= stages)."""
-    if schedule == PipelineSchedule.PIPEDREAM_2BW and microbatches < stages:
-        raise ConfigError(
-            f"strategy.pipeline.microbatches: schedule PipeDream2BW needs at least as many "
-            f"micro-batches as pipeline stages ({stages}), got {microbatches}"
-        )
 
 
 def step_actions(

@@ -41,14 +41,12 @@ from dtjob_api.spec import PipelineSchedule
 from dtjob_trainer.context import RunContext, RunResult
 from dtjob_trainer.data import batch
 from dtjob_trainer.dist import broadcast_object
-from dtjob_trainer.errors import ConfigError
 from dtjob_trainer.evaluate import eval_autocast, scored_rows
 from dtjob_trainer.loop import Trainable, run_loop
 from dtjob_trainer.models import loss_fn, split_into_stages
 from dtjob_trainer.optim import build_optimizer
 
 NAME = "Pipeline"
-FIELD = "strategy.pipeline"
 
 
 @dataclass(frozen=True)
@@ -85,30 +83,13 @@ class PipelinePlan:
 def make_plan(
     schedule: PipelineSchedule, microbatches: int, stages_per_rank: int, pp_size: int, pp_rank: int
 ) -> PipelinePlan:
-    """A checked plan: ConfigError (exit 2, naming the field) where torch would refuse it."""
+    """This rank's plan under one of torch's schedules. The sizes torch needs (1F1B's
+    micro-batches >= stages, Interleaved1F1B's full rounds) are dtjob_api's rules, checked
+    when the config loads."""
     if schedule in (PipelineSchedule.PIPEDREAM, PipelineSchedule.PIPEDREAM_2BW):
-        raise ConfigError(
-            f"{FIELD}.schedule: {schedule} runs with strategy Pipeline only (its own "
-            "driver, one pipeline over every stage process); use GPipe, 1F1B or "
-            "Interleaved1F1B here"
-        )
+        raise ValueError(f"{schedule} runs on its own driver (strategies/pipedream.py)")
     chunks = stages_per_rank if schedule == PipelineSchedule.INTERLEAVED_1F1B else 1
-    plan = PipelinePlan(schedule, microbatches, pp_size, pp_rank, chunks)
-    if schedule == PipelineSchedule.ONE_F_ONE_B and microbatches < plan.num_stages:
-        raise ConfigError(
-            f"{FIELD}.microbatches: schedule 1F1B needs at least as many micro-batches as "
-            f"pipeline stages ({plan.num_stages}), got {microbatches}; raise "
-            f"{FIELD}.microbatches or use schedule GPipe"
-        )
-    if schedule == PipelineSchedule.INTERLEAVED_1F1B:
-        rounds = max(1, microbatches // pp_size)
-        if microbatches % rounds != 0:
-            raise ConfigError(
-                f"{FIELD}.microbatches: schedule Interleaved1F1B needs a multiple of "
-                f"{rounds} micro-batches (rounds of {pp_size} pipeline ranks), got "
-                f"{microbatches}; a multiple of the pipeline ranks always works"
-            )
-    return plan
+    return PipelinePlan(schedule, microbatches, pp_size, pp_rank, chunks)
 
 
 def local_module(stages: list[nn.Sequential]) -> nn.Sequential:
@@ -335,9 +316,8 @@ def run(ctx: RunContext) -> RunResult:
     p = ctx.cfg.pipeline
     if p.schedule in (PipelineSchedule.PIPEDREAM, PipelineSchedule.PIPEDREAM_2BW):
         # Imported here: the asynchronous driver imports this module's checkpoint helpers.
-        from dtjob_trainer.strategies.pipedream import check_async_plan, run_pipedream
+        from dtjob_trainer.strategies.pipedream import run_pipedream
 
-        check_async_plan(p.schedule, p.microbatches, ctx.world_size)
         return run_pipedream(ctx, p.schedule, p.microbatches)
     plan = make_plan(p.schedule, p.microbatches, p.stagesPerRank, ctx.world_size, ctx.rank)
     return run_pipeline(ctx, plan, ctx.strategy_name or NAME)

@@ -35,7 +35,7 @@ from dtjob_trainer.data import batch
 from dtjob_trainer.errors import ConfigError
 from dtjob_trainer.models import loss_fn
 from dtjob_trainer.optim import build_optimizer
-from dtjob_trainer.strategies.pipedream import ASYNC_SCHEDULES, check_async_plan, run_pipedream
+from dtjob_trainer.strategies.pipedream import ASYNC_SCHEDULES, run_pipedream
 from dtjob_trainer.strategies.pipedream_schedule import Action, Op, one_f_one_b_order
 from dtjob_trainer.strategies.pipedream_stage import PipeDreamStage
 from dtjob_trainer.strategies.stage_balance import balance_blocks_by_stage, measure_block_costs
@@ -78,24 +78,6 @@ def configured_blocks(cfg: TrainerConfig) -> list[int] | None:
     if any(g.blocks is None for g in stage.groups):
         return None
     return [stage.groups[i].blocks or 0 for i in stage_groups_of(cfg)]
-
-
-def check_groups(cfg: TrainerConfig, blocks: int) -> None:
-    """ConfigError (exit 2, naming the field) for groups the pipeline cannot run."""
-    stages = len(stage_groups_of(cfg))
-    if stages != cfg.world_size():
-        raise ConfigError(f"{FIELD}: the groups hold {stages} stages, the job {cfg.world_size()}")
-    if stages > blocks:
-        raise ConfigError(f"{FIELD}: {stages} stages but the model has only {blocks} blocks")
-    given = configured_blocks(cfg)
-    if given is not None and sum(given) != blocks:
-        raise ConfigError(
-            f"{FIELD}: blocks x replicas over the groups must add up to the model's blocks "
-            f"({sum(given)} != {blocks})"
-        )
-    schedule = cfg.pipeline.schedule
-    if schedule == PipelineSchedule.INTERLEAVED_1F1B:
-        raise ConfigError(f"{FIELD}: cannot run schedule Interleaved1F1B")
 
 
 def split_blocks(model: nn.Sequential, sizes: list[int]) -> list[nn.Sequential]:
@@ -146,8 +128,6 @@ def run(ctx: RunContext) -> RunResult:
     cfg = ctx.cfg
     n, rank = ctx.world_size, ctx.rank
     model = ctx.build_model()
-    blocks = len(list(model.children()))
-    check_groups(cfg, blocks)
     device = stage_device(cfg, rank)
     sizes = configured_blocks(cfg) or balanced_sizes(ctx, model, device)
     module = split_blocks(model, sizes)[rank].to(device)
@@ -165,7 +145,6 @@ def run(ctx: RunContext) -> RunResult:
     if rank == 0:
         log.info("stage groups: blocks per stage %s, this stage on %s", sizes, device)
     if schedule in ASYNC_SCHEDULES:
-        check_async_plan(schedule, microbatches, n)
         result = run_pipedream(ctx, schedule, microbatches, built=(driver, optimizer))
     else:
         result = run_pipedream(

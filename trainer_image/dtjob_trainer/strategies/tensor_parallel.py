@@ -28,7 +28,6 @@ from torch.distributed.tensor.parallel import parallelize_module
 
 from dtjob_trainer.context import RunContext, RunResult
 from dtjob_trainer.dist import flat_parameters
-from dtjob_trainer.errors import ConfigError
 from dtjob_trainer.evaluate import final_accuracy
 from dtjob_trainer.loop import Trainable, run_loop
 from dtjob_trainer.models.tp_plan import tp_plan
@@ -40,11 +39,7 @@ NAME = "TensorParallel"
 
 
 def build_mesh(device_type: str, world_size: int, tp: int) -> DeviceMesh:
-    """The ("dp", "tp") mesh over every rank; ConfigError when tp does not divide them."""
-    if tp < 1 or world_size % tp != 0:
-        raise ConfigError(
-            f"strategy.tensorParallel.size: {tp} must divide the {world_size} worker processes"
-        )
+    """The ("dp", "tp") mesh over every rank (the config's rules: tp divides them)."""
     return init_device_mesh(device_type, (world_size // tp, tp), mesh_dim_names=("dp", "tp"))
 
 
