@@ -29,7 +29,7 @@ from unit.trainer.harness import a_spec, finish, launch, start_launch, wait_for
 from unit.trainer.ranks import run_ranks, strategy_context
 
 from dtjob_trainer.checkpoint import LATEST, Checkpointer
-from dtjob_trainer.config import TrainerConfig, load_config
+from dtjob_trainer.config import load_config
 from dtjob_trainer.data import batch, load_dataset
 from dtjob_trainer.errors import EXIT_PREEMPTED
 from dtjob_trainer.models import build_model, loss_fn
@@ -97,7 +97,7 @@ def turns_body(rank: int, world: int, rho: float, rounds: int) -> dict[str, Any]
     """Rank body: the real master (RoundRobinCentre) and workers (easgd_step with
     master_exchange), zero gradients. Worker j starts at centre + 0.1 (j + 1) and arrives
     late in reverse order (worker 0 last), so first come first served would differ."""
-    cfg = TrainerConfig.model_validate(rr_spec(rho))
+    cfg = load_config(rr_spec(rho))
     model = build_model(cfg, torch.float64)
     centre0 = parameters_to_vector(model.parameters()).detach().clone()
     alpha = LR * rho
@@ -146,7 +146,7 @@ def strategy_body(rank: int, world: int, spec: dict[str, Any], workdir: Path) ->
 
 
 def _flat(spec: dict[str, Any], state: dict[str, torch.Tensor]) -> torch.Tensor:
-    model = build_model(TrainerConfig.model_validate(spec), torch.float64)
+    model = build_model(load_config(spec), torch.float64)
     model.load_state_dict(state)
     return parameters_to_vector(model.parameters()).detach()
 
