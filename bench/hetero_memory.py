@@ -19,7 +19,7 @@ largest fitting `layers` is reported for k = 0 (all on the accelerators), 1 and 
 k = 1 model is then trained for 2 steps by the real trainer (`launch`, CPU processes,
 gloo, one group per stage with the measured split) to show the split runs.
 
-    PYTHONPATH=trainer_image python bench/hetero_memory.py [--cap-mib 8] [--host-mib 64]
+    PYTHONPATH=trainer_image:api python bench/hetero_memory.py [--cap-mib 8] [--host-mib 64]
 
 Writes bench/results/hetero_memory.json.
 """
@@ -146,7 +146,7 @@ def train(layers: int, sizes: list[int], cpu_stages: int, batch: int, microbatch
         path.write_text(yaml.safe_dump({"spec": spec(layers, batch, microbatches, groups)}))
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         env["PYTHONPATH"] = os.pathsep.join(
-            [str(REPO / "trainer_image"), env.get("PYTHONPATH", "")]
+            [str(REPO / "trainer_image"), str(REPO / "api"), env.get("PYTHONPATH", "")]
         )
         cmd = [sys.executable, "-m", "dtjob_trainer", "launch", str(path)]
         return subprocess.run(

@@ -17,7 +17,7 @@ when computing ones could not). Per configuration (schedule, M micro-batches):
   GPipe and 1F1B at the same M. They drain at every step boundary like 1F1B, so the
   bubble is 1F1B's; the figures show what weight stashing and the extra updates cost.
 
-    PYTHONPATH=trainer_image python bench/pipeline_bubble.py [--steps 3] [--tf 0.02]
+    PYTHONPATH=trainer_image:api python bench/pipeline_bubble.py [--steps 3] [--tf 0.02]
 
 Writes bench/results/pipeline_bubble.json.
 """
@@ -40,7 +40,7 @@ import torch.multiprocessing as mp
 from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
-from dtjob_trainer.config import PipelineSchedule
+from dtjob_api.spec import PipelineSchedule
 from dtjob_trainer.strategies.pipedream import step_actions
 from dtjob_trainer.strategies.pipedream_stage import PipeDreamStage
 

@@ -3,7 +3,7 @@ computation (same model, global batch, optimizer and process count; CPU, gloo), 
 DataParallel (DDP) and FSDP; and CPU offload's peak GPU memory against plain FSDP, which
 needs CUDA (recorded as skipped without it).
 
-    PYTHONPATH=trainer_image python bench/trainer_throughput.py [--steps 150] [--repeats 2]
+    PYTHONPATH=trainer_image:api python bench/trainer_throughput.py [--steps 150] [--repeats 2]
 
 Writes bench/results/trainer_throughput.json. Each variant runs `repeats` times,
 alternating, and the best counts. Both sides time all their steps (first included),
@@ -56,7 +56,8 @@ def _spec(strategy: str, steps: int) -> dict[str, Any]:
 
 def _child_env() -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "trainer_image"), env.get("PYTHONPATH", "")])
+    paths = [str(REPO / "trainer_image"), str(REPO / "api"), env.get("PYTHONPATH", "")]
+    env["PYTHONPATH"] = os.pathsep.join(paths)
     env["OMP_NUM_THREADS"] = "1"
     return env
 

@@ -16,3 +16,12 @@ class FieldError:
 
     def __str__(self) -> str:
         return f"{self.field}: {self.message}"
+
+
+class SpecInvalid(ValueError):
+    """A spec that breaks the schema or the cross-field rules (validation.parse_spec)."""
+
+    def __init__(self, errors: list[FieldError]) -> None:
+        super().__init__("\n".join(map(str, errors)))
+        self.errors = errors
+        """Every problem, in the order they were found."""

@@ -5,19 +5,21 @@ This module is the backstop for clusters where the CRD was installed without the
 or hand-edited CRD) and the one place the operator turns a bad spec into a message a user
 can act on: every error names the field, e.g.
 `spec.roles.worker: required for strategy DataParallel: ...`. The operator sets such a job
-Failed with reason InvalidSpec.
+Failed with reason InvalidSpec. `parse_spec` is the same check for the spec's other readers
+(the bundled trainer's job config).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
-from dtjob_api.errors import FieldError
+from dtjob_api.errors import FieldError, SpecInvalid
 from dtjob_api.facts import Facts
 from dtjob_api.rules import (
     IMMUTABLE_MESSAGE,
@@ -58,10 +60,37 @@ def validate_job(
     )
 
 
-def cross_field_errors(spec: DistributedTrainingJobSpec) -> list[FieldError]:
-    """The rules of rules.RULES that a parsed spec breaks, in table order."""
+def parse_spec(
+    spec: Mapping[str, Any], *, root: str = "spec", bundled_trainer: bool | None = None
+) -> DistributedTrainingJobSpec:
+    """The spec parsed (defaults filled in) and held to the schema and the cross-field
+    rules: what a reader of a spec other than the operator checks (the bundled trainer
+    reads its job config with it). Raises SpecInvalid listing every problem, each field
+    named by its path under `root` ("" for paths relative to the spec itself).
+
+    The pod template's rules are not checked: they are the operator's and depend on its
+    settings. `bundled_trainer`: whether the bundled trainer's rules apply (None: when
+    trainer.command is unset, as for the API server and the operator).
+    """
+    try:
+        parsed = DistributedTrainingJobSpec.model_validate(spec)
+    except ValidationError as e:
+        raise SpecInvalid([_from_pydantic(d, root) for d in e.errors()]) from None
+    errors = cross_field_errors(parsed, root=root, bundled_trainer=bundled_trainer)
+    if errors:
+        raise SpecInvalid(errors)
+    return parsed
+
+
+def cross_field_errors(
+    spec: DistributedTrainingJobSpec, *, root: str = "spec", bundled_trainer: bool | None = None
+) -> list[FieldError]:
+    """The rules of rules.RULES that a parsed spec breaks, in table order (`root` and
+    `bundled_trainer` as in parse_spec)."""
     facts = Facts.of(spec)
-    return [FieldError(f"spec.{r.field}", r.render(facts)) for r in RULES if not r.check(facts)]
+    if bundled_trainer is not None:
+        facts = replace(facts, bundled_trainer=bundled_trainer)
+    return [FieldError(_join(root, r.field), r.render(facts)) for r in RULES if not r.check(facts)]
 
 
 def validate_name(name: str) -> list[FieldError]:
@@ -112,11 +141,15 @@ def _with_defaults(spec: Mapping[str, Any]) -> dict[str, Any]:
         return dict(spec)
 
 
-def _from_pydantic(error: ErrorDetails) -> FieldError:
-    """A pydantic error as `spec.<camelCase path>: <message>`."""
-    path = "spec"
+def _join(root: str, path: str) -> str:
+    return f"{root}.{path}" if root else path
+
+
+def _from_pydantic(error: ErrorDetails, root: str = "spec") -> FieldError:
+    """A pydantic error as `<root>.<camelCase path>: <message>`."""
+    path = root
     for part in error["loc"]:
-        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+        path = f"{path}[{part}]" if isinstance(part, int) else _join(path, str(part))
     kind, value = error["type"], error.get("input")
     if kind == "missing":
         message = "required"

@@ -18,8 +18,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from dtjob_api.spec import Precision
 from dtjob_trainer.checkpoint import Checkpointer
-from dtjob_trainer.config import Precision, TrainerConfig
+from dtjob_trainer.config import TrainerConfig
 from dtjob_trainer.data import Dataset, load_dataset
 from dtjob_trainer.env import DistEnv
 from dtjob_trainer.history import TrainingHistory

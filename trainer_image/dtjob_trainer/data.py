@@ -16,7 +16,8 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from dtjob_trainer.config import DatasetType, TrainerConfig
+from dtjob_api.spec import DatasetType
+from dtjob_trainer.config import TrainerConfig
 
 # Distinct seed streams, so the split, the generated data and the order never correlate.
 _SPLIT_STREAM = 1
@@ -74,7 +75,7 @@ def load_dataset(cfg: TrainerConfig, dtype: torch.dtype) -> Dataset:
     """The configured data set; features in `dtype` (tokens stay int64)."""
     t = cfg.trainer
     if t.dataset.type == DatasetType.DIGITS:
-        x_tr, y_tr, x_te, y_te = load_digits_arrays(t.seed, t.dataset.test_fraction)
+        x_tr, y_tr, x_te, y_te = load_digits_arrays(t.seed, t.dataset.testFraction)
         return Dataset(
             torch.from_numpy(x_tr).to(dtype),
             torch.from_numpy(y_tr).long(),
@@ -82,10 +83,10 @@ def load_dataset(cfg: TrainerConfig, dtype: torch.dtype) -> Dataset:
             torch.from_numpy(y_te).long(),
         )
     m = t.model
-    seqs = torch.from_numpy(synthetic_tokens(t.seed, t.dataset.samples, m.seq_len, m.vocab_size))
+    seqs = torch.from_numpy(synthetic_tokens(t.seed, t.dataset.samples, m.seqLen, m.vocabSize))
     n = len(seqs)
     # Keep at least one training sequence; a one-sequence data set is also its own test set.
-    n_test = min(max(1, round(n * t.dataset.test_fraction)), n - 1)
+    n_test = min(max(1, round(n * t.dataset.testFraction)), n - 1)
     train, test = seqs[n_test:], (seqs[:n_test] if n_test else seqs)
     return Dataset(train[:, :-1], train[:, 1:], test[:, :-1], test[:, 1:])
 

@@ -82,4 +82,4 @@ def accuracy(
 
 def final_accuracy(model: nn.Module, ctx: RunContext) -> float:
     """The job's final held-out accuracy (capped by spec.trainer.dataset.evalSamples)."""
-    return accuracy(model, ctx.data, ctx.device, ctx.cfg.trainer.dataset.eval_samples)
+    return accuracy(model, ctx.data, ctx.device, ctx.cfg.trainer.dataset.evalSamples)

@@ -15,11 +15,14 @@ import json
 import os
 import socket
 from collections.abc import Callable, Mapping
+from inspect import getfile
 from pathlib import Path
 from typing import Any
 
+import dtjob_api
 import dtjob_trainer
-from dtjob_trainer.config import STAGE_STRATEGIES, TrainerConfig, config_to_spec, load_config
+from dtjob_api.facts import STAGE_STRATEGIES
+from dtjob_trainer.config import TrainerConfig, config_to_spec, load_config
 from dtjob_trainer.errors import ConfigError
 from dtjob_trainer.layout import plan_pods, pod_env
 from dtjob_trainer.procs import supervise, trainer_command
@@ -126,15 +129,18 @@ def requested_gpus(cfg: TrainerConfig) -> int:
 
 
 def child_base_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """The launching shell's environment minus contract variables, plus our package path."""
+    """The launching shell's environment minus contract variables, plus the paths this
+    process imports the trainer and the API package from (a checkout's trainer_image/ and
+    api/, or site-packages), so the children run the same code whatever their directory."""
     env = {
         k: v
         for k, v in environ.items()
         if k not in _CONTRACT_NAMES and not k.startswith(_CONTRACT_PREFIXES)
     }
-    package_root = str(Path(dtjob_trainer.__file__).resolve().parent.parent)
-    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    env["PYTHONPATH"] = os.pathsep.join([package_root, *[p for p in paths if p != package_root]])
+    roots = [str(Path(getfile(pkg)).resolve().parent.parent) for pkg in (dtjob_trainer, dtjob_api)]
+    roots = list(dict.fromkeys(roots))
+    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p not in roots]
+    env["PYTHONPATH"] = os.pathsep.join([*roots, *paths])
     return env
 
 

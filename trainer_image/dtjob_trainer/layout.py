@@ -11,7 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from dtjob_trainer.config import STAGE_STRATEGIES, StrategyType, TrainerConfig
+from dtjob_api.facts import STAGE_STRATEGIES
+from dtjob_api.spec import StrategyType
+from dtjob_trainer.config import TrainerConfig
 
 ROLE_ORDER = ("worker", "stage", "ps")
 
@@ -84,7 +86,7 @@ def pod_env(
     master = host(pods[0].role, pods[0].index)
     env = {
         "MASTER_ADDR": master,
-        "MASTER_PORT": str(cfg.network.master_port),
+        "MASTER_PORT": str(cfg.network.masterPort),
         "WORLD_SIZE": str(cfg.world_size()),
         "RANK": str(pod.rank),
         "LOCAL_WORLD_SIZE": str(pod.procs),
@@ -94,23 +96,23 @@ def pod_env(
         "PET_NODE_RANK": str(pod.node_rank),
         "PET_NPROC_PER_NODE": str(pod.procs),
         "PET_MASTER_ADDR": master,
-        "PET_MASTER_PORT": str(cfg.network.master_port),
+        "PET_MASTER_PORT": str(cfg.network.masterPort),
         "DTJ_JOB": job,
         "DTJ_NAMESPACE": namespace,
         "DTJ_ROLE": pod.role,
         "DTJ_ROLE_INDEX": str(pod.index),
-        "DTJ_STRATEGY": cfg.strategy.type.value,
+        "DTJ_STRATEGY": str(cfg.strategy.type),
         "DTJ_BACKEND": backend,
         "DTJ_CONFIG": config_path,
         "DTJ_CHECKPOINT_DIR": checkpoint_dir,
-        "DTJ_RENDEZVOUS_TIMEOUT": str(cfg.network.rendezvous_timeout_seconds),
+        "DTJ_RENDEZVOUS_TIMEOUT": str(cfg.network.rendezvousTimeoutSeconds),
         "DTJ_GANG_GENERATION": str(gang_generation),
         "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
-        "NCCL_DEBUG": str(cfg.network.nccl_debug or "WARN"),
+        "NCCL_DEBUG": str(cfg.network.ncclDebug or "WARN"),
     }
-    if cfg.network.nccl_socket_ifname:
+    if cfg.network.ncclSocketIfname:
         # Only when asked: the cluster's default interface (eth0) may not exist locally.
-        env["NCCL_SOCKET_IFNAME"] = str(cfg.network.nccl_socket_ifname)
+        env["NCCL_SOCKET_IFNAME"] = str(cfg.network.ncclSocketIfname)
     if progress_configmap:
         env["DTJ_PROGRESS_CONFIGMAP"] = progress_configmap
     if history_configmap:

@@ -155,7 +155,7 @@ def _resume(ctx: RunContext, t: Trainable) -> int:
 def run_loop(ctx: RunContext, t: Trainable) -> RunResult:
     """Train `t` from the latest checkpoint to trainer.steps; see the module docstring."""
     cfg = ctx.cfg.trainer
-    total, log_every, ckpt_every = cfg.steps, cfg.log_every_steps, ctx.cfg.checkpoint.every_steps
+    total, log_every, ckpt_every = cfg.steps, cfg.logEverySteps, ctx.cfg.checkpoint.everySteps
     sync_every = min(log_every, MAX_SYNC_EVERY)
     console = Console(enabled=ctx.rank == 0)
     n_train = ctx.data.train_size
@@ -170,7 +170,7 @@ def run_loop(ctx: RunContext, t: Trainable) -> RunResult:
     state: dict[str, Any] | None = None
     pending: list[torch.Tensor] = []
     step = start
-    ctx.reporter.update(step=step, totalSteps=total, epoch=epoch_of(step, cfg.batch_size, n_train))
+    ctx.reporter.update(step=step, totalSteps=total, epoch=epoch_of(step, cfg.batchSize, n_train))
 
     timer, cpu_timer = time.perf_counter(), time.process_time()
     while step < total:
@@ -190,7 +190,7 @@ def run_loop(ctx: RunContext, t: Trainable) -> RunResult:
         if step % log_every == 0 or step == total or stop:
             rate, step_time = meter.rate(step, t.samples_per_step)
             eta = None if step_time is None else step_time * (total - step)
-            epoch = epoch_of(step - 1, cfg.batch_size, n_train)
+            epoch = epoch_of(step - 1, cfg.batchSize, n_train)
             console.interval(step, total, epoch, losses[-1], rate, eta, final=step == total)
             ctx.reporter.update(
                 step=step, epoch=epoch, loss=losses[-1], samplesPerSecond=rate, etaSeconds=eta

@@ -138,9 +138,9 @@ def _train(
             env.world_size,
             backend,
             device,
-            cfg.trainer.model.type.value,
+            cfg.trainer.model.type,
             cfg.trainer.steps,
-            cfg.trainer.batch_size,
+            cfg.trainer.batchSize,
         )
     tdist.init_distributed(env, backend)
     training.set()

@@ -18,11 +18,15 @@ import yaml
 
 from dtjob_api.validation import validate_job
 
-# The subprocesses import dtjob_trainer from the source tree, whatever pytest was run with.
-TRAINER_ROOT = Path(__file__).resolve().parents[3] / "trainer_image"
+# The subprocesses import dtjob_trainer and dtjob_api from the source tree, whatever
+# pytest was run with.
+REPO = Path(__file__).resolve().parents[3]
+TRAINER_ROOT = REPO / "trainer_image"
 ENV = {
     **os.environ,
-    "PYTHONPATH": os.pathsep.join([str(TRAINER_ROOT), os.environ.get("PYTHONPATH", "")]),
+    "PYTHONPATH": os.pathsep.join(
+        [str(TRAINER_ROOT), str(REPO / "api"), os.environ.get("PYTHONPATH", "")]
+    ),
 }
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "custom-image"

@@ -10,17 +10,17 @@ from typing import Any
 
 import pytest
 
-from dtjob_api.aliases import ALIAS_MODES, ALIASES, resolve, resolved_type
+from dtjob_api.aliases import resolve, resolved_type
 from dtjob_api.facts import Facts
-from dtjob_api.spec import DistributedTrainingJobSpec, StrategyType
+from dtjob_api.spec import DistributedTrainingJobSpec
 from dtjob_api.status import JobPhase
 from dtjob_api.validation import validate_job
 from dtjob_operator.builders.configmaps import config_json
 from dtjob_operator.builders.job import Job
 from dtjob_operator.envcontract import build_env
 from dtjob_operator.status import StatusDecision, compute_status
-from dtjob_trainer.aliases import TF_ALIASES
 from dtjob_trainer.config import load_config
+from dtjob_trainer.errors import ConfigError
 
 WORKERS = {"worker": {"replicas": 2}}
 PS = {"worker": {"replicas": 2}, "ps": {}}
@@ -60,7 +60,7 @@ def test_alias_resolves_to_its_target(
     assert ("DTJ_PS_HOSTS" in env) == (target == "ParameterServer")
     cfg = load_config(json.loads(config_json(job)))
     assert cfg.strategy.type == target
-    assert cfg.strategy.parameter_server.mode == (mode or "Sync")
+    assert cfg.parameter_server.mode == (mode or "Sync")
     decision = StatusDecision(phase=JobPhase.PENDING)
     now = datetime.now(UTC)
     status = compute_status({}, job.spec, decision, now=now, observed_generation=1, progress=None)
@@ -101,10 +101,13 @@ def test_wrong_roles_of_an_alias_are_refused_naming_the_field() -> None:
     assert [e.field for e in errors] == ["spec.strategy.parameterServer"]
 
 
-def test_trainer_and_operator_agree_on_the_aliases() -> None:
-    want = {
-        a.value: (t.value, ALIAS_MODES[a].value if a in ALIAS_MODES else None)
-        for a, t in ALIASES.items()
-    }
-    assert want == TF_ALIASES
-    assert {a.value for a in ALIASES} <= {s.value for s in StrategyType}
+@pytest.mark.parametrize(("alias", "roles", "target", "mode"), CASES)
+def test_the_trainer_runs_the_target_of_an_alias_it_reads_as_written(
+    alias: str, roles: dict[str, Any], target: str, mode: str | None
+) -> None:
+    # `python -m dtjob_trainer launch` reads a manifest with no operator in between.
+    cfg = load_config(a_spec(alias, roles))
+    assert (cfg.strategy.type, cfg.parameter_server.mode) == (target, mode or "Sync")
+    if mode:  # TF's ParameterServerStrategy has no modes: dtjob_api's rule refuses one
+        with pytest.raises(ConfigError, match=r"^strategy\.parameterServer: not allowed with"):
+            load_config(a_spec(alias, roles, parameterServer={"mode": "Sync"}))

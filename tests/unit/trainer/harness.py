@@ -24,6 +24,8 @@ import torch
 
 REPO = Path(__file__).resolve().parents[3]
 TRAINER_ROOT = REPO / "trainer_image"
+# What a trainer process imports from this checkout: the trainer and the API package.
+CHILD_PATH = [str(TRAINER_ROOT), str(REPO / "api")]
 
 
 def a_spec(
@@ -67,7 +69,7 @@ def a_spec(
 def child_env(**extra: str) -> dict[str, str]:
     """This environment with the trainer importable and one thread per process (2 cores)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DTJ_", "PET_"))}
-    env["PYTHONPATH"] = os.pathsep.join([str(TRAINER_ROOT), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([*CHILD_PATH, env.get("PYTHONPATH", "")])
     env["OMP_NUM_THREADS"] = "1"
     env.update(extra)
     return env

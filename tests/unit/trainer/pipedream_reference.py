@@ -25,7 +25,7 @@ from dtjob_trainer.optim import build_optimizer
 def pipedream_reference(spec: dict[str, Any], stages: int) -> Reference:
     """PipeDream with weight stashing over `stages` stages, in one process."""
     cfg = load_config(spec)
-    t, m = cfg.trainer, cfg.strategy.pipeline.microbatches
+    t, m = cfg.trainer, cfg.pipeline.microbatches
     model = build_model(cfg, torch.float64)
     data = load_dataset(cfg, torch.float64)
     parts = split_into_stages(model, stages)
@@ -34,7 +34,7 @@ def pipedream_reference(spec: dict[str, Any], stages: int) -> Reference:
     history: list[dict[int, dict[str, torch.Tensor]]] = [{0: _weights(p)} for p in parts]
     losses = []
     for step in range(t.steps):
-        x, y = batch(data, step, t.batch_size, t.seed)
+        x, y = batch(data, step, t.batchSize, t.seed)
         step_losses = []
         for i, (xc, yc) in enumerate(zip(x.chunk(m), y.chunk(m), strict=True)):
             versions = [step * m + max(0, i - (stages - s) + 1) for s in range(stages)]
@@ -72,7 +72,7 @@ def two_bw_reference(spec: dict[str, Any]) -> Reference:
     previous = _weights(model)  # W(-1) = W(0)
     losses = []
     for step in range(t.steps):
-        x, y = batch(data, step, t.batch_size, t.seed)
+        x, y = batch(data, step, t.batchSize, t.seed)
         stale = {k: v.clone().requires_grad_() for k, v in previous.items()}
         loss = loss_fn(functional_call(model, stale, (x,)), y)
         grads = torch.autograd.grad(loss, list(stale.values()))

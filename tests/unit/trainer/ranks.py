@@ -106,12 +106,12 @@ def run_ranks(fn: Callable[..., Any], world: int, *args: Any, workdir: Path) -> 
 def strategy_context(spec: dict[str, Any], rank: int, world: int, workdir: Path) -> Any:
     """The RunContext of `rank` for `spec`, inside a `run_ranks` child (group joined)."""
     from dtjob_trainer.checkpoint import Checkpointer
-    from dtjob_trainer.config import TrainerConfig
+    from dtjob_trainer.config import load_config
     from dtjob_trainer.context import RunContext
     from dtjob_trainer.env import read_env
     from dtjob_trainer.progress import make_reporter
 
-    cfg = TrainerConfig.model_validate(spec)
+    cfg = load_config(spec)
     env = read_env(
         {
             "MASTER_ADDR": "127.0.0.1",

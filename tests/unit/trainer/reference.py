@@ -13,7 +13,8 @@ from typing import Any
 
 import torch
 
-from dtjob_trainer.config import Precision, TrainerConfig, load_config
+from dtjob_api.spec import Precision
+from dtjob_trainer.config import TrainerConfig, load_config
 from dtjob_trainer.data import batch, load_dataset
 from dtjob_trainer.models import build_model, loss_fn
 from dtjob_trainer.optim import build_optimizer
@@ -37,7 +38,7 @@ def reference_run(spec: dict[str, Any] | TrainerConfig, steps: int | None = None
     optimizer = build_optimizer(model.parameters(), t.optimizer)
     losses = []
     for step in range(t.steps if steps is None else steps):
-        x, y = batch(data, step, t.batch_size, t.seed)
+        x, y = batch(data, step, t.batchSize, t.seed)
         optimizer.zero_grad(set_to_none=True)
         loss = loss_fn(model(x), y)
         loss.backward()

@@ -10,7 +10,7 @@ import pytest
 from unit.trainer.harness import a_spec, launch
 from unit.trainer.reference import assert_params_close, reference_run
 
-from dtjob_trainer.config import OptimizerConfig, Precision
+from dtjob_api.spec import OptimizerSpec, Precision
 from dtjob_trainer.strategies.auto import choose_strategy, optimizer_slots, state_bytes
 
 GIB = 1 << 30
@@ -20,9 +20,9 @@ def test_state_bytes_counts_params_grads_and_optimizer_slots() -> None:
     assert state_bytes(1000, Precision.FP32, 0) == 8000
     assert state_bytes(1000, Precision.FP64, 2) == 32000
     assert state_bytes(1000, Precision.BF16, 2) == 16000  # fp32 master weights
-    assert optimizer_slots(OptimizerConfig(type="SGD")) == 0
-    assert optimizer_slots(OptimizerConfig(type="SGD", momentum=0.9)) == 1
-    assert optimizer_slots(OptimizerConfig(type="AdamW")) == 2
+    assert optimizer_slots(OptimizerSpec(type="SGD")) == 0
+    assert optimizer_slots(OptimizerSpec(type="SGD", momentum=0.9)) == 1
+    assert optimizer_slots(OptimizerSpec(type="AdamW")) == 2
 
 
 @pytest.mark.parametrize(

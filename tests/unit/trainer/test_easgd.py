@@ -25,6 +25,7 @@ from unit.trainer.harness import a_spec, launch
 from unit.trainer.ps_results import applied_and_pushed
 from unit.trainer.ranks import run_ranks, strategy_context
 
+from dtjob_api.spec import DistributedTrainingJobSpec
 from dtjob_trainer.config import TrainerConfig
 from dtjob_trainer.data import batch, load_dataset
 from dtjob_trainer.models import build_model, loss_fn
@@ -101,7 +102,7 @@ def elastic_run(
 
 def _unchecked(spec: dict[str, Any]) -> TrainerConfig:
     # The synchronous form has no ps role; build its config without the cross-field rules.
-    return TrainerConfig.model_validate(spec)
+    return TrainerConfig(DistributedTrainingJobSpec.model_validate(spec))
 
 
 def independent_sgd(worker: int, steps: int, start: torch.Tensor) -> torch.Tensor:

@@ -29,7 +29,7 @@ from unit.trainer.harness import a_spec, finish, launch, start_launch, wait_for
 from unit.trainer.ranks import run_ranks, strategy_context
 
 from dtjob_trainer.checkpoint import LATEST, Checkpointer
-from dtjob_trainer.config import TrainerConfig, load_config
+from dtjob_trainer.config import load_config
 from dtjob_trainer.data import batch, load_dataset
 from dtjob_trainer.errors import EXIT_PREEMPTED
 from dtjob_trainer.models import build_model, loss_fn
@@ -63,7 +63,7 @@ def algorithm_1(spec: dict[str, Any], steps: int) -> Algorithm1:
     shard j of global batch s = t // G; on rounds s % tau == 0 it and the centre move by
     alpha (W_j - W_bar) from the values before its gradient step."""
     cfg = load_config(spec)
-    ps, t = cfg.strategy.parameter_server, cfg.trainer
+    ps, t = cfg.parameter_server, cfg.trainer
     alpha = t.optimizer.lr * ps.rho
     model = build_model(cfg, torch.float64)
     data = load_dataset(cfg, torch.float64)
@@ -75,7 +75,7 @@ def algorithm_1(spec: dict[str, Any], steps: int) -> Algorithm1:
     for turn in range(steps * WORKERS):
         j, s = turn % WORKERS, turn // WORKERS
         w = parameters_to_vector(models[j].parameters()).detach().clone()
-        x, y = batch(data, s, t.batch_size, t.seed, j, WORKERS)
+        x, y = batch(data, s, t.batchSize, t.seed, j, WORKERS)
         optimizers[j].zero_grad()
         loss = loss_fn(models[j](x), y)
         loss.backward()
@@ -97,7 +97,7 @@ def turns_body(rank: int, world: int, rho: float, rounds: int) -> dict[str, Any]
     """Rank body: the real master (RoundRobinCentre) and workers (easgd_step with
     master_exchange), zero gradients. Worker j starts at centre + 0.1 (j + 1) and arrives
     late in reverse order (worker 0 last), so first come first served would differ."""
-    cfg = TrainerConfig.model_validate(rr_spec(rho))
+    cfg = load_config(rr_spec(rho))
     model = build_model(cfg, torch.float64)
     centre0 = parameters_to_vector(model.parameters()).detach().clone()
     alpha = LR * rho
@@ -146,7 +146,7 @@ def strategy_body(rank: int, world: int, spec: dict[str, Any], workdir: Path) ->
 
 
 def _flat(spec: dict[str, Any], state: dict[str, torch.Tensor]) -> torch.Tensor:
-    model = build_model(TrainerConfig.model_validate(spec), torch.float64)
+    model = build_model(load_config(spec), torch.float64)
     model.load_state_dict(state)
     return parameters_to_vector(model.parameters()).detach()
 

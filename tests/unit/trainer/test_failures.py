@@ -42,7 +42,8 @@ def test_run_with_invalid_config_exits_2_naming_the_field(tmp_path: Path) -> Non
     proc = _start(env)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == EXIT_CONFIG
-    assert "trainer.batchSize: must be divisible by the data-parallel size 3" in out
+    assert "trainer.batchSize: must be divisible by the worker processes" in out
+    assert "(32 is not a multiple of 3)" in out
 
 
 def test_launch_with_a_typo_exits_2_naming_the_field(tmp_path: Path) -> None:
@@ -50,7 +51,7 @@ def test_launch_with_a_typo_exits_2_naming_the_field(tmp_path: Path) -> None:
     spec["trainer"]["optimizer"] = {"type": "SGD", "learningRate": 0.1}
     out = launch(spec, tmp_path)
     assert out.rc == EXIT_CONFIG
-    assert "trainer.optimizer.learningRate: Extra inputs are not permitted" in out.output
+    assert "trainer.optimizer.learningRate: unknown field" in out.output
 
 
 def test_worker_without_rank0_times_out_with_200(tmp_path: Path) -> None:

@@ -33,7 +33,7 @@ def _dtypes_in_forward(rank: int, world: int, spec: dict[str, Any], workdir: str
 
     model[0][0].register_forward_hook(record)
     t = ctx.cfg.trainer
-    x, y = batch(ctx.data, 0, t.batch_size, t.seed, rank, world)
+    x, y = batch(ctx.data, 0, t.batchSize, t.seed, rank, world)
     with ctx.autocast():
         loss = loss_fn(model(x), y)
     loss.backward()

@@ -16,7 +16,7 @@ from unit.trainer.ranks import run_ranks
 from unit.trainer.reference import assert_losses_close, assert_params_close, reference_run
 
 from dtjob_trainer.checkpoint import Checkpointer
-from dtjob_trainer.config import TrainerConfig
+from dtjob_trainer.config import load_config
 from dtjob_trainer.errors import EXIT_CONFIG
 from dtjob_trainer.models import build_model
 
@@ -41,7 +41,7 @@ def _materialise(rank: int, world: int, spec: dict[str, Any]) -> dict[str, Any]:
 
     from dtjob_trainer.meta_init import materialize_sharded
 
-    cfg = TrainerConfig.model_validate(spec)
+    cfg = load_config(spec)
     model = build_model(cfg, torch.float64, meta=True)
     assert all(p.is_meta for p in model.parameters())
     mesh = init_device_mesh("cpu", (world,))
@@ -59,7 +59,7 @@ def test_meta_init_equals_the_single_process_model(model: str, tmp_path: Path) -
     spec = _spec(MODELS[model])
     world = 3
     results = run_ranks(_materialise, world, spec, workdir=tmp_path)
-    want = build_model(TrainerConfig.model_validate(spec), torch.float64)
+    want = build_model(load_config(spec), torch.float64)
     total = sum(p.numel() for p in want.parameters())
     expected = {n: p.detach() for n, p in want.named_parameters()}
     for r in results:

@@ -54,7 +54,7 @@ def test_one_hogwild_process_is_plain_sgd() -> None:
     data = load_dataset(cfg, torch.float64)
     counters = torch.zeros(1, dtype=torch.int64)
     losses = torch.zeros(1, dtype=torch.float64)
-    task = HogwildTask(0, 0, 1, 0, t.steps, t.batch_size, t.seed, t.optimizer)
+    task = HogwildTask(0, 0, 1, 0, t.steps, t.batchSize, t.seed, t.optimizer)
     stop = threading.Event()
     hogwild_process(task, model, data.x_train, data.y_train, counters, losses, stop)
     ref = reference_run(spec)

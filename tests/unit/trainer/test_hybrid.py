@@ -43,14 +43,14 @@ def one_step(rank: int, world: int, spec: dict[str, Any]) -> dict[str, Any]:
     cfg = load_config(spec)
     mesh = build_mesh("cpu", world, DP)
     pp_rank, dp_rank = divmod(rank, DP)
-    p = cfg.strategy.pipeline
-    plan = make_plan(p.schedule, p.microbatches, p.stages_per_rank, world // DP, pp_rank)
+    p = cfg.pipeline
+    plan = make_plan(p.schedule, p.microbatches, p.stagesPerRank, world // DP, pp_rank)
     pp_group, dp_group = mesh.get_group("pp"), mesh.get_group("dp")
     schedule, stages = build_pipeline(
         build_model(cfg, torch.float64), plan, torch.device("cpu"), pp_group
     )
     data = load_dataset(cfg, torch.float64)
-    x, y = batch(data, 0, cfg.trainer.batch_size, cfg.trainer.seed, dp_rank, DP)
+    x, y = batch(data, 0, cfg.trainer.batchSize, cfg.trainer.seed, dp_rank, DP)
     losses, _ = pipeline_step(schedule, plan, x, y)
     params = list(local_module(stages).named_parameters())
     average_gradients([q for _, q in params], dp_group, DP)
@@ -75,7 +75,7 @@ def test_mesh_layout_and_one_step_equal_full_batch(tmp_path: Path) -> None:
     cfg = load_config(spec)
     model = build_model(cfg, torch.float64)
     data = load_dataset(cfg, torch.float64)
-    x, y = batch(data, 0, cfg.trainer.batch_size, cfg.trainer.seed)
+    x, y = batch(data, 0, cfg.trainer.batchSize, cfg.trainer.seed)
     loss_fn(model(x), y).backward()
     want = {n: q.grad for n, q in model.named_parameters() if q.grad is not None}
     # Both replicas of a stage hold the averaged (= full-batch) gradient after the step.

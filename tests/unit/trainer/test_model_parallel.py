@@ -13,7 +13,8 @@ from unit.trainer.harness import a_spec, launch
 from unit.trainer.ranks import run_ranks
 from unit.trainer.reference import assert_losses_close, assert_params_close, reference_run
 
-from dtjob_trainer.config import PipelineSchedule, load_config
+from dtjob_api.spec import PipelineSchedule
+from dtjob_trainer.config import load_config
 from dtjob_trainer.data import batch, load_dataset
 from dtjob_trainer.models import build_model, loss_fn
 from dtjob_trainer.strategies.pipeline import build_pipeline, local_module, make_plan, pipeline_step
@@ -29,7 +30,7 @@ def one_step(rank: int, world: int, spec: dict[str, Any]) -> dict[str, Any]:
     cfg = load_config(spec)
     plan = make_plan(PipelineSchedule.GPIPE, 1, 1, world, rank)
     schedule, stages = build_pipeline(build_model(cfg, torch.float64), plan, torch.device("cpu"))
-    x, y = batch(load_dataset(cfg, torch.float64), 0, cfg.trainer.batch_size, cfg.trainer.seed)
+    x, y = batch(load_dataset(cfg, torch.float64), 0, cfg.trainer.batchSize, cfg.trainer.seed)
     losses, _ = pipeline_step(schedule, plan, x, y)
     params = local_module(stages).named_parameters()
     return {
@@ -44,7 +45,7 @@ def test_one_step_on_four_stages_equals_whole_model(tmp_path: Path) -> None:
 
     cfg = load_config(spec)
     model = build_model(cfg, torch.float64)
-    x, y = batch(load_dataset(cfg, torch.float64), 0, cfg.trainer.batch_size, cfg.trainer.seed)
+    x, y = batch(load_dataset(cfg, torch.float64), 0, cfg.trainer.batchSize, cfg.trainer.seed)
     loss = loss_fn(model(x), y)
     loss.backward()
     want = {n: q.grad for n, q in model.named_parameters() if q.grad is not None}

@@ -24,7 +24,8 @@ from unit.trainer.pipedream_reference import pipedream_reference, two_bw_referen
 from unit.trainer.ranks import run_ranks
 from unit.trainer.reference import assert_losses_close, assert_params_close, reference_run
 
-from dtjob_trainer.config import PipelineSchedule, load_config
+from dtjob_api.spec import PipelineSchedule
+from dtjob_trainer.config import load_config
 from dtjob_trainer.data import batch, load_dataset
 from dtjob_trainer.errors import EXIT_CONFIG, ConfigError
 from dtjob_trainer.models import build_model, loss_fn, split_into_stages
@@ -44,7 +45,7 @@ def async_spec(schedule: str, stages: int, microbatches: int, **trainer: Any) ->
 def traced_steps(rank: int, world: int, spec: dict[str, Any], steps: int) -> dict[str, Any]:
     """Rank body: `steps` steps of the stage driver with tracing on."""
     cfg = load_config(spec)
-    p = cfg.strategy.pipeline
+    p = cfg.pipeline
     module = split_into_stages(build_model(cfg, torch.float64), world)[rank]
     optimizer = torch.optim.SGD(module.parameters(), lr=0.1)
     driver = PipeDreamStage(module, rank, world, torch.device("cpu"), loss_fn, optimizer.step)
@@ -52,7 +53,7 @@ def traced_steps(rank: int, world: int, spec: dict[str, Any], steps: int) -> dic
     traces = []
     for step in range(steps):
         driver.trace = Trace()
-        x, y = batch(data, step, cfg.trainer.batch_size, cfg.trainer.seed)
+        x, y = batch(data, step, cfg.trainer.batchSize, cfg.trainer.seed)
         driver.run(
             step_actions(p.schedule, world, rank, p.microbatches, step), x, y, p.microbatches
         )
@@ -138,6 +139,10 @@ def test_two_bw_needs_a_full_pipeline_exits_2(tmp_path: Path) -> None:
 
 def test_hybrid_refuses_the_async_schedules() -> None:
     for schedule in (PipelineSchedule.PIPEDREAM, PipelineSchedule.PIPEDREAM_2BW):
-        with pytest.raises(ConfigError, match=r"strategy\.pipeline\.schedule") as err:
-            make_plan(schedule, 4, 1, pp_size=2, pp_rank=0)
+        extra = {"pipeline": {"schedule": schedule}, "hybrid": {"dataParallel": 2}}
+        spec = a_spec("Hybrid", workers=None, stages=4, strategy_extra=extra)
+        with pytest.raises(ConfigError, match=r"^strategy\.pipeline\.schedule: ") as err:
+            load_config(spec)
         assert err.value.exit_code == EXIT_CONFIG
+        with pytest.raises(ValueError, match="its own driver"):
+            make_plan(schedule, 4, 1, pp_size=2, pp_rank=0)

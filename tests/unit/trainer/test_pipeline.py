@@ -18,7 +18,8 @@ from unit.trainer.harness import a_spec, launch
 from unit.trainer.ranks import run_ranks
 from unit.trainer.reference import assert_losses_close, assert_params_close, reference_run
 
-from dtjob_trainer.config import PipelineSchedule, load_config
+from dtjob_api.spec import PipelineSchedule
+from dtjob_trainer.config import load_config
 from dtjob_trainer.data import batch, load_dataset
 from dtjob_trainer.errors import EXIT_CONFIG, ConfigError
 from dtjob_trainer.evaluate import accuracy
@@ -48,11 +49,11 @@ def pipeline_spec(schedule: str, stages: int = 2, microbatches: int = 4, **train
 def one_pipeline_step(rank: int, world: int, spec: dict[str, Any]) -> dict[str, Any]:
     """Rank body: one training pass of the batch of step 0, then an eval pass."""
     cfg = load_config(spec)
-    p = cfg.strategy.pipeline
-    plan = make_plan(p.schedule, p.microbatches, p.stages_per_rank, world, rank)
+    p = cfg.pipeline
+    plan = make_plan(p.schedule, p.microbatches, p.stagesPerRank, world, rank)
     schedule, stages = build_pipeline(build_model(cfg, torch.float64), plan, torch.device("cpu"))
     data = load_dataset(cfg, torch.float64)
-    x, y = batch(data, 0, cfg.trainer.batch_size, cfg.trainer.seed)
+    x, y = batch(data, 0, cfg.trainer.batchSize, cfg.trainer.seed)
     losses, _ = pipeline_step(schedule, plan, x, y)
     grads = {
         n: q.grad.clone() for n, q in local_module(stages).named_parameters() if q.grad is not None
@@ -73,9 +74,9 @@ def full_batch_reference(spec: dict[str, Any]) -> dict[str, Any]:
     cfg = load_config(spec)
     model = build_model(cfg, torch.float64)
     data = load_dataset(cfg, torch.float64)
-    x, y = batch(data, 0, cfg.trainer.batch_size, cfg.trainer.seed)
+    x, y = batch(data, 0, cfg.trainer.batchSize, cfg.trainer.seed)
     loss_fn(model(x), y).backward()
-    m = cfg.strategy.pipeline.microbatches
+    m = cfg.pipeline.microbatches
     with torch.no_grad():
         losses = [
             loss_fn(model(xc), yc).item() for xc, yc in zip(x.chunk(m), y.chunk(m), strict=True)
@@ -126,18 +127,21 @@ def test_training_equals_single_process(schedule: str, tmp_path: Path) -> None:
 
 
 def test_too_few_microbatches_for_1f1b_is_a_config_error() -> None:
-    with pytest.raises(ConfigError, match=r"strategy\.pipeline\.microbatches") as err:
-        make_plan(PipelineSchedule.ONE_F_ONE_B, 3, 1, pp_size=4, pp_rank=0)
+    # torch's Schedule1F1B raises when m < stages: dtjob_api's rule refuses it at load.
+    msg = r"^strategy\.pipeline\.microbatches: schedule 1F1B needs at least as many"
+    with pytest.raises(ConfigError, match=msg) as err:
+        load_config(pipeline_spec("1F1B", stages=4, microbatches=2))
     assert err.value.exit_code == EXIT_CONFIG
-    assert "4" in str(err.value)  # says how many it needs
-    make_plan(PipelineSchedule.ONE_F_ONE_B, 4, 1, pp_size=4, pp_rank=0)  # enough: accepted
-    make_plan(PipelineSchedule.GPIPE, 1, 1, pp_size=4, pp_rank=0)  # GPipe has no minimum
+    assert "(2 micro-batches, 4 pipeline ranks)" in str(err.value)  # says how many
+    load_config(pipeline_spec("1F1B", stages=4, microbatches=4))  # enough: accepted
+    load_config(pipeline_spec("GPipe", stages=4, microbatches=1))  # GPipe has no minimum
 
 
 def test_interleaved_microbatches_must_fill_rounds() -> None:
     # 2 ranks, 5 micro-batches: 2 rounds of 2 do not hold 5.
-    with pytest.raises(ConfigError, match=r"strategy\.pipeline\.microbatches"):
-        make_plan(PipelineSchedule.INTERLEAVED_1F1B, 5, 2, pp_size=2, pp_rank=0)
+    msg = r"^strategy\.pipeline\.microbatches: schedule Interleaved1F1B needs the micro"
+    with pytest.raises(ConfigError, match=msg):
+        load_config(pipeline_spec("Interleaved1F1B", stages=2, microbatches=5, batchSize=30))
     plan = make_plan(PipelineSchedule.INTERLEAVED_1F1B, 6, 3, pp_size=2, pp_rank=1)
     assert plan.num_stages == 6 and plan.stage_indices() == [1, 3, 5]
 

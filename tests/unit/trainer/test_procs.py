@@ -34,7 +34,11 @@ SLEEP_IGNORE_TERM = (
 def _supervisor(tmp_path: Path, grace: float, *codes: str) -> subprocess.Popen[str]:
     script = tmp_path / "supervisor.py"
     script.write_text(SUPERVISOR)
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3] / "trainer_image")}
+    repo = Path(__file__).resolve().parents[3]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(repo / "trainer_image"), str(repo / "api")]),
+    }
     return subprocess.Popen([sys.executable, str(script), str(grace), *codes], env=env, text=True)
 
 

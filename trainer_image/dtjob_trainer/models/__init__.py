@@ -15,7 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dtjob_trainer.config import ModelConfig, ModelType, TrainerConfig
+from dtjob_api.spec import ModelSpec, ModelType
+from dtjob_trainer.config import TrainerConfig
 from dtjob_trainer.models.cnn import build_cnn
 from dtjob_trainer.models.gpt import build_gpt, gpt_parameter_count
 from dtjob_trainer.models.mlp import build_mlp
@@ -30,12 +31,12 @@ __all__ = [
 ]
 
 
-def _blocks(m: ModelConfig) -> Iterable[nn.Module]:
+def _blocks(m: ModelSpec) -> Iterable[nn.Module]:
     if m.type == ModelType.MLP:
-        return build_mlp(m.hidden_sizes)
+        return build_mlp(m.hiddenSizes)
     if m.type == ModelType.CNN:
         return build_cnn()
-    return build_gpt(m.layers, m.d_model, m.heads, m.seq_len, m.vocab_size)
+    return build_gpt(m.layers, m.dModel, m.heads, m.seqLen, m.vocabSize)
 
 
 def iter_blocks(cfg: TrainerConfig, dtype: torch.dtype = torch.float32) -> Iterator[nn.Module]:
@@ -93,6 +94,6 @@ def model_parameter_count(cfg: TrainerConfig) -> int:
     """Parameters of the configured model, computed without building it (big GPTs)."""
     m = cfg.trainer.model
     if m.type == ModelType.GPT:
-        return gpt_parameter_count(m.layers, m.d_model, m.seq_len, m.vocab_size)
+        return gpt_parameter_count(m.layers, m.dModel, m.seqLen, m.vocabSize)
     with torch.device("meta"):
         return sum(p.numel() for p in nn.Sequential(*_blocks(m)).parameters())

@@ -11,8 +11,8 @@ work between them (ReLU, GELU, attention per head) runs on the local slice only.
 
 Parameters become DTensors whose full tensor is the unsplit model's parameter, under the
 unsplit model's name, so full checkpoints are layout independent. A model/size that cannot
-split evenly is refused with a ConfigError naming the field
-(`dtjob_trainer.config.tensor_parallel_model_problems`, also run when the config loads).
+split evenly never gets here: dtjob_api's rules refuse it when the config loads, naming the
+field (heads, hiddenSizes and the CNN against strategy.tensorParallel.size).
 """
 
 from __future__ import annotations
@@ -23,8 +23,7 @@ from torch.distributed.tensor import distribute_tensor
 from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, RowwiseParallel
 from torch.distributed.tensor.placement_types import _StridedShard
 
-from dtjob_trainer.config import ModelConfig, ModelType, tensor_parallel_model_problems
-from dtjob_trainer.errors import ConfigError
+from dtjob_api.spec import ModelSpec, ModelType
 
 TPPlan = dict[str, ParallelStyle]
 
@@ -79,12 +78,10 @@ def mlp_plan(hidden_layers: int) -> TPPlan:
     return plan
 
 
-def tp_plan(m: ModelConfig, tp: int) -> TPPlan:
-    """The plan of model `m` over `tp` processes; ConfigError (naming the field) when it
-    does not split evenly over them."""
-    problems = tensor_parallel_model_problems(m, tp)
-    if problems:
-        raise ConfigError("\n".join(problems))
+def tp_plan(m: ModelSpec) -> TPPlan:
+    """The plan of model `m` (GPT or MLP; the config's rules refuse the CNN)."""
     if m.type == ModelType.GPT:
         return gpt_plan(m.layers)
-    return mlp_plan(len(m.hidden_sizes))
+    if m.type == ModelType.MLP:
+        return mlp_plan(len(m.hiddenSizes))
+    raise ValueError(f"no tensor-parallel plan for model {m.type}")

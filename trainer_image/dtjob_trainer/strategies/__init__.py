@@ -11,7 +11,8 @@ import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
-from dtjob_trainer.config import StrategyType, TrainerConfig
+from dtjob_api.spec import StrategyType
+from dtjob_trainer.config import TrainerConfig
 from dtjob_trainer.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -42,11 +43,11 @@ MODULES: dict[str, str] = {
 def strategy_key(cfg: TrainerConfig) -> str:
     """Registry key of the job's strategy."""
     if cfg.strategy.type == StrategyType.PARAMETER_SERVER:
-        return f"ParameterServer/{cfg.strategy.parameter_server.mode.value}"
+        return f"ParameterServer/{cfg.parameter_server.mode}"
     stage = cfg.roles.stage
     if stage is not None and stage.groups:
-        return f"{cfg.strategy.type.value}/StageGroups"
-    return cfg.strategy.type.value
+        return f"{cfg.strategy.type}/StageGroups"
+    return str(cfg.strategy.type)
 
 
 def load_strategy(key: str) -> StrategyFn:

@@ -115,7 +115,7 @@ def run_ps_rank(
         Path(ctx.env.checkpoint_dir) / f"ps-{index}", ctx.cfg.checkpoint.keep
     )
     restored = _restore_shard(checkpoints, server, (start, end, initial.numel()))
-    every = ctx.cfg.checkpoint.every_steps * lay.n_workers
+    every = ctx.cfg.checkpoint.everySteps * lay.n_workers
     saved_at: tuple[int, dict[int, int]] | None = None
     saved_on_stop = False
 
@@ -202,7 +202,7 @@ class ProgressLog:
         cfg = self.ctx.cfg.trainer
         if loss is not None:
             self.losses.append(loss)
-        if not force and step % cfg.log_every_steps and step != cfg.steps:
+        if not force and step % cfg.logEverySteps and step != cfg.steps:
             return
         last_step, last_time = self._mark
         now = time.perf_counter()
@@ -211,7 +211,7 @@ class ProgressLog:
         if step > last_step and now > last_time:
             rate = (step - last_step) * self.samples_per_step / (now - last_time)
             eta = (now - last_time) / (step - last_step) * (cfg.steps - step)
-        epoch = epoch_of(max(step - 1, 0), cfg.batch_size, self.ctx.data.train_size)
+        epoch = epoch_of(max(step - 1, 0), cfg.batchSize, self.ctx.data.train_size)
         self.console.interval(step, cfg.steps, epoch, loss, rate, eta, final=step == cfg.steps)
         self.ctx.reporter.update(
             step=step,
@@ -260,7 +260,7 @@ class WorkerSession:
         lay = ps_layout(ctx)
         numel = sum(p.numel() for p in model.parameters())
         self.client = PSClient(lay.ps_ranks, numel, ctx.dtype, group)
-        self.progress = ProgressLog(ctx, samples_per_step or ctx.cfg.trainer.batch_size)
+        self.progress = ProgressLog(ctx, samples_per_step or ctx.cfg.trainer.batchSize)
         self.start_step = 0
 
     def start(self) -> int:

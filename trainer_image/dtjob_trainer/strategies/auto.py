@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from dtjob_trainer.config import OptimizerConfig, OptimizerType, Precision
+from dtjob_api.spec import OptimizerSpec, OptimizerType, Precision
 from dtjob_trainer.context import RunContext, RunResult
 from dtjob_trainer.models import model_parameter_count
 from dtjob_trainer.strategies import load_strategy
@@ -32,7 +32,7 @@ class Choice:
     reason: str
 
 
-def optimizer_slots(cfg: OptimizerConfig) -> int:
+def optimizer_slots(cfg: OptimizerSpec) -> int:
     """Per-parameter state tensors the optimizer keeps (momentum buffer, Adam moments)."""
     if cfg.type == OptimizerType.SGD:
         return 1 if cfg.momentum > 0 else 0

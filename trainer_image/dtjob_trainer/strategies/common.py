@@ -23,7 +23,7 @@ def shard_forward_backward(
     data = ctx.data
 
     def forward_backward(step: int) -> torch.Tensor:
-        x, y = batch(data, step, cfg.batch_size, cfg.seed, dp_rank, dp_size)
+        x, y = batch(data, step, cfg.batchSize, cfg.seed, dp_rank, dp_size)
         x, y = x.to(ctx.device, non_blocking=True), y.to(ctx.device, non_blocking=True)
         with ctx.autocast():
             loss = loss_fn(model(x), y)

@@ -44,7 +44,7 @@ def run(ctx: RunContext) -> RunResult:
             # reads whole tensors), e.g. when Auto picks another strategy after a resize.
             sharded=ShardedState(ddp, optimizer),
             evaluate=lambda: final_accuracy(model, ctx) if ctx.rank == 0 else None,
-            samples_per_step=ctx.cfg.trainer.batch_size,
+            samples_per_step=ctx.cfg.trainer.batchSize,
             replica=lambda: flat_parameters(model),
         ),
     )

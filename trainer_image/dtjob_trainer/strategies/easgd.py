@@ -55,7 +55,7 @@ CentreExchange = Callable[[torch.Tensor, int], torch.Tensor]
 
 def elastic_alpha(ctx: RunContext) -> float:
     """alpha = eta * rho: the share of the worker-centre distance each side moves."""
-    return ctx.cfg.trainer.optimizer.lr * ctx.cfg.strategy.parameter_server.rho
+    return ctx.cfg.trainer.optimizer.lr * ctx.cfg.parameter_server.rho
 
 
 class ReplicatedCentre:
@@ -126,7 +126,7 @@ def _optimizer_step(
 
 def _run_sync(ctx: RunContext) -> RunResult:
     n = ctx.world_size
-    ps = ctx.cfg.strategy.parameter_server
+    ps = ctx.cfg.parameter_server
     model = ctx.build_model().to(ctx.device)
     params = list(model.parameters())
     optimizer = build_optimizer(params, ctx.cfg.trainer.optimizer)
@@ -179,7 +179,7 @@ def _run_sync(ctx: RunContext) -> RunResult:
             state_dict=state_dict,
             load_state_dict=load_state_dict,
             evaluate=evaluate,
-            samples_per_step=ctx.cfg.trainer.batch_size,
+            samples_per_step=ctx.cfg.trainer.batchSize,
         ),
     )
 
@@ -188,7 +188,7 @@ def _run_async(ctx: RunContext) -> RunResult:
     lay = ps_layout(ctx)
     group = protocol_group(ctx)
     cfg = ctx.cfg.trainer
-    ps = ctx.cfg.strategy.parameter_server
+    ps = ctx.cfg.parameter_server
     alpha = elastic_alpha(ctx)
     model = ctx.build_model()
     name = ctx.strategy_name or NAME

@@ -36,7 +36,6 @@ from torch import nn
 
 from dtjob_trainer.context import RunContext, RunResult
 from dtjob_trainer.dist import broadcast_object
-from dtjob_trainer.errors import ConfigError
 from dtjob_trainer.evaluate import final_accuracy
 from dtjob_trainer.loop import Trainable, run_loop
 from dtjob_trainer.optim import build_optimizer
@@ -110,15 +109,9 @@ def _gradient_step(
 def run(ctx: RunContext) -> RunResult:
     """Round-robin EASGD: workers 0 .. G-1, the master (the one ps process) last."""
     n = ctx.cfg.role_processes("worker")
-    if ctx.cfg.role_processes("ps") != 1 or n + 1 != ctx.world_size:
-        raise ConfigError(
-            "roles.ps: ParameterServer mode EASGDRoundRobin keeps the centre on one master: "
-            f"exactly 1 ps process (got {ctx.cfg.role_processes('ps')}, WORLD_SIZE "
-            f"{ctx.world_size})"
-        )
     master = n
     is_master = ctx.rank == master
-    tau = ctx.cfg.strategy.parameter_server.tau
+    tau = ctx.cfg.parameter_server.tau
     alpha = elastic_alpha(ctx)
     group = protocol_group(ctx)
     model = ctx.build_model().to(ctx.device)
@@ -196,6 +189,6 @@ def run(ctx: RunContext) -> RunResult:
             state_dict=state_dict,
             load_state_dict=load_state_dict,
             evaluate=evaluate,
-            samples_per_step=ctx.cfg.trainer.batch_size,
+            samples_per_step=ctx.cfg.trainer.batchSize,
         ),
     )

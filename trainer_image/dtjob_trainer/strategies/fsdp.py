@@ -22,7 +22,7 @@ from torch.distributed.fsdp import (
     fully_shard,
 )
 
-from dtjob_trainer.config import Precision
+from dtjob_api.spec import Precision
 from dtjob_trainer.context import RunContext, RunResult
 from dtjob_trainer.dist import flat_parameters
 from dtjob_trainer.evaluate import final_accuracy
@@ -93,7 +93,7 @@ def run_sharded(ctx: RunContext, offload: OffloadPolicy, name: str) -> RunResult
             save_sharded=True,
             # Sharded forward passes are collectives: every rank evaluates, rank 0 reports.
             evaluate=lambda: _accuracy_on_rank0(ctx, model),
-            samples_per_step=ctx.cfg.trainer.batch_size,
+            samples_per_step=ctx.cfg.trainer.batchSize,
             replica=lambda: flat_parameters(model),
         ),
     )

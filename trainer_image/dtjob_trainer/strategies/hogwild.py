@@ -27,10 +27,10 @@ import torch
 import torch.multiprocessing as mp
 from torch import nn
 
-from dtjob_trainer.config import OptimizerConfig
+from dtjob_api.spec import OptimizerSpec
 from dtjob_trainer.context import RunContext, RunResult
 from dtjob_trainer.data import global_batch_indices, shard
-from dtjob_trainer.errors import ConfigError, Preempted, TrainerError
+from dtjob_trainer.errors import Preempted, TrainerError
 from dtjob_trainer.models import loss_fn
 from dtjob_trainer.optim import build_optimizer
 from dtjob_trainer.strategies._async import (
@@ -64,7 +64,7 @@ class HogwildTask:
     steps: int
     batch_size: int
     seed: int
-    optimizer: OptimizerConfig
+    optimizer: OptimizerSpec
 
 
 @dataclass(frozen=True)
@@ -140,7 +140,7 @@ class HogwildPod:
     def __init__(
         self, ctx: RunContext, model: nn.Module, start: int, first_part: int, parts: int
     ) -> None:
-        k = ctx.cfg.strategy.parameter_server.hogwild_processes
+        k = ctx.cfg.parameter_server.hogwildProcesses
         cfg = ctx.cfg.trainer
         self.model = model.share_memory()
         self.start = start
@@ -165,7 +165,7 @@ class HogwildPod:
                         parts,
                         start,
                         cfg.steps,
-                        cfg.batch_size,
+                        cfg.batchSize,
                         cfg.seed,
                         cfg.optimizer,
                     ),
@@ -243,20 +243,9 @@ def push_delta(client: PSClient, model: nn.Module, base: torch.Tensor, step: int
 def run(ctx: RunContext) -> RunResult:
     """Serve a shard (PS ranks) or run this pod's Hogwild processes (workers)."""
     lay = ps_layout(ctx)
-    k = ctx.cfg.strategy.parameter_server.hogwild_processes
+    k = ctx.cfg.parameter_server.hogwildProcesses
     cfg = ctx.cfg.trainer
     parts = lay.n_workers * k
-    if cfg.batch_size % parts != 0:
-        raise ConfigError(
-            f"trainer.batchSize: {cfg.batch_size} must be divisible by the Hogwild processes "
-            f"of the job ({lay.n_workers} workers x strategy.parameterServer.hogwildProcesses "
-            f"{k} = {parts})"
-        )
-    if lay.n_ps == 0 and lay.n_workers > 1:
-        raise ConfigError(
-            f"roles.ps: Hogwild with {lay.n_workers} worker processes needs parameter servers "
-            f"to combine them (or use one worker process)"
-        )
     name = ctx.strategy_name or NAME
     group = protocol_group(ctx) if lay.n_ps else None
     model = ctx.build_model()
@@ -271,11 +260,11 @@ def run(ctx: RunContext) -> RunResult:
     session: WorkerSession | None = None
     local: LocalCheckpoints | None = None
     if lay.n_ps:
-        session = WorkerSession(ctx, name, model, group, cfg.batch_size)
+        session = WorkerSession(ctx, name, model, group, cfg.batchSize)
         progress, start = session.progress, session.start()
     else:
         local = LocalCheckpoints(ctx, name, model)
-        progress, start = ProgressLog(ctx, cfg.batch_size), local.resume()
+        progress, start = ProgressLog(ctx, cfg.batchSize), local.resume()
     progress.restart(start)
     pod = HogwildPod(ctx, model, start, ctx.rank * k, parts)
     base = flat_params(model)
@@ -291,7 +280,7 @@ def run(ctx: RunContext) -> RunResult:
             base = push_delta(session.client, model, base, pod.step())
             pushed += 1
         step = pod.step()
-        if step // cfg.log_every_steps > reported // cfg.log_every_steps:
+        if step // cfg.logEverySteps > reported // cfg.logEverySteps:
             progress.record(step, pod.loss(), force=True)
             reported = step
         if local:
@@ -345,7 +334,7 @@ class LocalCheckpoints:
 
     def save_if_due(self, step: int) -> None:
         """Save when `step` has crossed a checkpoint.everySteps boundary."""
-        every = self.ctx.cfg.checkpoint.every_steps
+        every = self.ctx.cfg.checkpoint.everySteps
         if step // every > self.last // every:
             self.save(step)
 

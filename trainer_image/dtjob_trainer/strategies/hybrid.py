@@ -13,28 +13,23 @@ from __future__ import annotations
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from dtjob_trainer.context import RunContext, RunResult
-from dtjob_trainer.errors import ConfigError
 from dtjob_trainer.strategies.pipeline import make_plan, run_pipeline
 
 NAME = "Hybrid"
 
 
 def build_mesh(device_type: str, world_size: int, dp: int) -> DeviceMesh:
-    """The ("pp", "dp") mesh over every rank; ConfigError when dp does not divide them."""
-    if dp < 1 or world_size % dp != 0:
-        raise ConfigError(
-            f"strategy.hybrid.dataParallel: {dp} must divide the {world_size} stage processes"
-        )
+    """The ("pp", "dp") mesh over every rank (the config's rules: dp divides them)."""
     return init_device_mesh(device_type, (world_size // dp, dp), mesh_dim_names=("pp", "dp"))
 
 
 def run(ctx: RunContext) -> RunResult:
     """Train with one pipeline per data-parallel replica over the job's stage ranks."""
-    dp = ctx.cfg.strategy.hybrid.data_parallel
+    dp = ctx.cfg.hybrid.dataParallel
     mesh = build_mesh(ctx.device.type, ctx.world_size, dp)
     pp_rank, dp_rank = divmod(ctx.rank, dp)
-    p = ctx.cfg.strategy.pipeline
-    plan = make_plan(p.schedule, p.microbatches, p.stages_per_rank, ctx.world_size // dp, pp_rank)
+    p = ctx.cfg.pipeline
+    plan = make_plan(p.schedule, p.microbatches, p.stagesPerRank, ctx.world_size // dp, pp_rank)
     return run_pipeline(
         ctx,
         plan,

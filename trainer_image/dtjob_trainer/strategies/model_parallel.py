@@ -8,7 +8,7 @@ single device holds. A step equals a full-batch step of the whole model.
 
 from __future__ import annotations
 
-from dtjob_trainer.config import PipelineSchedule
+from dtjob_api.spec import PipelineSchedule
 from dtjob_trainer.context import RunContext, RunResult
 from dtjob_trainer.strategies.pipeline import make_plan, run_pipeline
 

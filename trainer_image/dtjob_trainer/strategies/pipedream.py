@@ -22,11 +22,10 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
-from dtjob_trainer.config import PipelineSchedule
+from dtjob_api.spec import PipelineSchedule
 from dtjob_trainer.context import RunContext, RunResult
 from dtjob_trainer.data import batch
 from dtjob_trainer.dist import broadcast_object
-from dtjob_trainer.errors import ConfigError
 from dtjob_trainer.evaluate import eval_autocast, scored_rows
 from dtjob_trainer.loop import Trainable, run_loop
 from dtjob_trainer.models import loss_fn, split_into_stages
@@ -40,16 +39,6 @@ from dtjob_trainer.strategies.pipedream_stage import PipeDreamStage
 from dtjob_trainer.strategies.pipeline import merge_stage_states, select_optimizer_state
 
 ASYNC_SCHEDULES = (PipelineSchedule.PIPEDREAM, PipelineSchedule.PIPEDREAM_2BW)
-
-
-def check_async_plan(schedule: PipelineSchedule, microbatches: int, stages: int) -> None:
-    """ConfigError (exit 2, naming the field) for sizes the schedule cannot run: 2BW keeps
-    two weight versions only if a step's micro-batches fill the pipeline (m >= stages)."""
-    if schedule == PipelineSchedule.PIPEDREAM_2BW and microbatches < stages:
-        raise ConfigError(
-            f"strategy.pipeline.microbatches: schedule PipeDream2BW needs at least as many "
-            f"micro-batches as pipeline stages ({stages}), got {microbatches}"
-        )
 
 
 def step_actions(
@@ -121,7 +110,7 @@ def run_pipedream(
             live = {k: p.detach().clone() for k, p in module.named_parameters()}
             store = initial_store(schedule, s, loaded_shadow, live)
             driver.restore(live_version_at(schedule, s, microbatches), store)
-        x, y = batch(ctx.data, s, cfg.batch_size, cfg.seed)
+        x, y = batch(ctx.data, s, cfg.batchSize, cfg.seed)
         losses = driver.run(
             actions(s) if actions else step_actions(schedule, n, rank, microbatches, s),
             x.to(driver.device) if driver.is_first else None,
@@ -161,11 +150,11 @@ def run_pipedream(
 
     def evaluate() -> float | None:
         data = ctx.data
-        rows = scored_rows(data, cfg.dataset.eval_samples)
+        rows = scored_rows(data, cfg.dataset.evalSamples)
         correct = 0
         with eval_autocast(driver.device):
-            for start in range(0, rows, cfg.batch_size):
-                xs = data.x_test[start : min(rows, start + cfg.batch_size)].to(driver.device)
+            for start in range(0, rows, cfg.batchSize):
+                xs = data.x_test[start : min(rows, start + cfg.batchSize)].to(driver.device)
                 out = driver.forward_only(xs if driver.is_first else None)
                 if out is not None:
                     ys = data.y_test[start : start + out.shape[0]].to(driver.device)
@@ -184,7 +173,7 @@ def run_pipedream(
             state_dict=state_dict,
             load_state_dict=load_state_dict,
             evaluate=evaluate,
-            samples_per_step=cfg.batch_size,
+            samples_per_step=cfg.batchSize,
         ),
     )
 

@@ -37,18 +37,16 @@ from torch.distributed.pipelining import (
 from torch.distributed.pipelining.schedules import _PipelineSchedule
 from torch.distributed.pipelining.stage import _PipelineStageBase
 
-from dtjob_trainer.config import PipelineSchedule
+from dtjob_api.spec import PipelineSchedule
 from dtjob_trainer.context import RunContext, RunResult
 from dtjob_trainer.data import batch
 from dtjob_trainer.dist import broadcast_object
-from dtjob_trainer.errors import ConfigError
 from dtjob_trainer.evaluate import eval_autocast, scored_rows
 from dtjob_trainer.loop import Trainable, run_loop
 from dtjob_trainer.models import loss_fn, split_into_stages
 from dtjob_trainer.optim import build_optimizer
 
 NAME = "Pipeline"
-FIELD = "strategy.pipeline"
 
 
 @dataclass(frozen=True)
@@ -85,30 +83,13 @@ class PipelinePlan:
 def make_plan(
     schedule: PipelineSchedule, microbatches: int, stages_per_rank: int, pp_size: int, pp_rank: int
 ) -> PipelinePlan:
-    """A checked plan: ConfigError (exit 2, naming the field) where torch would refuse it."""
+    """This rank's plan under one of torch's schedules. The sizes torch needs (1F1B's
+    micro-batches >= stages, Interleaved1F1B's full rounds) are dtjob_api's rules, checked
+    when the config loads."""
     if schedule in (PipelineSchedule.PIPEDREAM, PipelineSchedule.PIPEDREAM_2BW):
-        raise ConfigError(
-            f"{FIELD}.schedule: {schedule} runs with strategy Pipeline only (its own "
-            "driver, one pipeline over every stage process); use GPipe, 1F1B or "
-            "Interleaved1F1B here"
-        )
+        raise ValueError(f"{schedule} runs on its own driver (strategies/pipedream.py)")
     chunks = stages_per_rank if schedule == PipelineSchedule.INTERLEAVED_1F1B else 1
-    plan = PipelinePlan(schedule, microbatches, pp_size, pp_rank, chunks)
-    if schedule == PipelineSchedule.ONE_F_ONE_B and microbatches < plan.num_stages:
-        raise ConfigError(
-            f"{FIELD}.microbatches: schedule 1F1B needs at least as many micro-batches as "
-            f"pipeline stages ({plan.num_stages}), got {microbatches}; raise "
-            f"{FIELD}.microbatches or use schedule GPipe"
-        )
-    if schedule == PipelineSchedule.INTERLEAVED_1F1B:
-        rounds = max(1, microbatches // pp_size)
-        if microbatches % rounds != 0:
-            raise ConfigError(
-                f"{FIELD}.microbatches: schedule Interleaved1F1B needs a multiple of "
-                f"{rounds} micro-batches (rounds of {pp_size} pipeline ranks), got "
-                f"{microbatches}; a multiple of the pipeline ranks always works"
-            )
-    return plan
+    return PipelinePlan(schedule, microbatches, pp_size, pp_rank, chunks)
 
 
 def local_module(stages: list[nn.Sequential]) -> nn.Sequential:
@@ -221,7 +202,7 @@ def run_pipeline(
 
     def step(s: int) -> torch.Tensor:
         optimizer.zero_grad(set_to_none=True)
-        x, y = batch(ctx.data, s, cfg.batch_size, cfg.seed, dp_rank, dp_size)
+        x, y = batch(ctx.data, s, cfg.batchSize, cfg.seed, dp_rank, dp_size)
         with ctx.autocast():
             losses, _ = pipeline_step(schedule, plan, x.to(device), y.to(device))
         if dp_size > 1:
@@ -260,9 +241,9 @@ def run_pipeline(
         acc = None
         if dp_rank == 0:
             data = ctx.data
-            n = scored_rows(data, cfg.dataset.eval_samples)
+            n = scored_rows(data, cfg.dataset.evalSamples)
             acc = pipeline_accuracy(
-                schedule, plan, data.x_test[:n], data.y_test[:n], cfg.batch_size // dp_size, device
+                schedule, plan, data.x_test[:n], data.y_test[:n], cfg.batchSize // dp_size, device
             )
         box = torch.tensor([acc if acc is not None else 0.0], dtype=torch.float64, device=device)
         dist.broadcast(box, src=last_rank_of_replica0)
@@ -276,7 +257,7 @@ def run_pipeline(
             state_dict=state_dict,
             load_state_dict=load_state_dict,
             evaluate=evaluate,
-            samples_per_step=cfg.batch_size,
+            samples_per_step=cfg.batchSize,
         ),
     )
 
@@ -332,12 +313,11 @@ def _name_key(name: str) -> tuple[tuple[int, int, str], ...]:
 
 def run(ctx: RunContext) -> RunResult:
     """Train with a pipeline over every stage rank of the job."""
-    p = ctx.cfg.strategy.pipeline
+    p = ctx.cfg.pipeline
     if p.schedule in (PipelineSchedule.PIPEDREAM, PipelineSchedule.PIPEDREAM_2BW):
         # Imported here: the asynchronous driver imports this module's checkpoint helpers.
-        from dtjob_trainer.strategies.pipedream import check_async_plan, run_pipedream
+        from dtjob_trainer.strategies.pipedream import run_pipedream
 
-        check_async_plan(p.schedule, p.microbatches, ctx.world_size)
         return run_pipedream(ctx, p.schedule, p.microbatches)
-    plan = make_plan(p.schedule, p.microbatches, p.stages_per_rank, ctx.world_size, ctx.rank)
+    plan = make_plan(p.schedule, p.microbatches, p.stagesPerRank, ctx.world_size, ctx.rank)
     return run_pipeline(ctx, plan, ctx.strategy_name or NAME)

@@ -144,7 +144,7 @@ def run(ctx: RunContext) -> RunResult:
             state_dict=state_dict,
             load_state_dict=load_state_dict,
             evaluate=lambda: final_accuracy(model, ctx) if ctx.rank == 0 else None,
-            samples_per_step=ctx.cfg.trainer.batch_size,
+            samples_per_step=ctx.cfg.trainer.batchSize,
             replica=lambda: flat_parameters(model),
         ),
     )

@@ -28,13 +28,14 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from dtjob_trainer.config import PipelineSchedule, Precision, StrategyType, TrainerConfig
+from dtjob_api.spec import PipelineSchedule, Precision, StrategyType
+from dtjob_trainer.config import TrainerConfig
 from dtjob_trainer.context import RunContext, RunResult
 from dtjob_trainer.data import batch
 from dtjob_trainer.errors import ConfigError
 from dtjob_trainer.models import loss_fn
 from dtjob_trainer.optim import build_optimizer
-from dtjob_trainer.strategies.pipedream import ASYNC_SCHEDULES, check_async_plan, run_pipedream
+from dtjob_trainer.strategies.pipedream import ASYNC_SCHEDULES, run_pipedream
 from dtjob_trainer.strategies.pipedream_schedule import Action, Op, one_f_one_b_order
 from dtjob_trainer.strategies.pipedream_stage import PipeDreamStage
 from dtjob_trainer.strategies.stage_balance import balance_blocks_by_stage, measure_block_costs
@@ -79,24 +80,6 @@ def configured_blocks(cfg: TrainerConfig) -> list[int] | None:
     return [stage.groups[i].blocks or 0 for i in stage_groups_of(cfg)]
 
 
-def check_groups(cfg: TrainerConfig, blocks: int) -> None:
-    """ConfigError (exit 2, naming the field) for groups the pipeline cannot run."""
-    stages = len(stage_groups_of(cfg))
-    if stages != cfg.world_size():
-        raise ConfigError(f"{FIELD}: the groups hold {stages} stages, the job {cfg.world_size()}")
-    if stages > blocks:
-        raise ConfigError(f"{FIELD}: {stages} stages but the model has only {blocks} blocks")
-    given = configured_blocks(cfg)
-    if given is not None and sum(given) != blocks:
-        raise ConfigError(
-            f"{FIELD}: blocks x replicas over the groups must add up to the model's blocks "
-            f"({sum(given)} != {blocks})"
-        )
-    schedule = cfg.strategy.pipeline.schedule
-    if schedule == PipelineSchedule.INTERLEAVED_1F1B:
-        raise ConfigError(f"{FIELD}: cannot run schedule Interleaved1F1B")
-
-
 def split_blocks(model: nn.Sequential, sizes: list[int]) -> list[nn.Sequential]:
     """Contiguous stages of `sizes` blocks, keeping the full model's parameter names."""
     named = list(model.named_children())
@@ -126,7 +109,7 @@ def balanced_sizes(ctx: RunContext, model: nn.Sequential, device: torch.device) 
     device; the split minimises the slowest stage by those times (a GPU stage takes more
     blocks than a CPU one). All ranks compute the same split from the gathered times."""
     cfg = ctx.cfg
-    micro = max(1, cfg.trainer.batch_size // cfg.strategy.pipeline.microbatches)
+    micro = max(1, cfg.trainer.batchSize // cfg.pipeline.microbatches)
     x, _ = batch(ctx.data, 0, micro, cfg.trainer.seed)
     mine = measure_block_costs(list(model.children()), x, device)
     everyone: list[list[float] | None] = [None] * ctx.world_size
@@ -145,8 +128,6 @@ def run(ctx: RunContext) -> RunResult:
     cfg = ctx.cfg
     n, rank = ctx.world_size, ctx.rank
     model = ctx.build_model()
-    blocks = len(list(model.children()))
-    check_groups(cfg, blocks)
     device = stage_device(cfg, rank)
     sizes = configured_blocks(cfg) or balanced_sizes(ctx, model, device)
     module = split_blocks(model, sizes)[rank].to(device)
@@ -156,15 +137,14 @@ def run(ctx: RunContext) -> RunResult:
     driver = GroupStage(
         module, rank, n, device, loss_fn, optimizer.step, _autocast(cfg, device), wire
     )
-    schedule = cfg.strategy.pipeline.schedule
-    microbatches = cfg.strategy.pipeline.microbatches
+    schedule = cfg.pipeline.schedule
+    microbatches = cfg.pipeline.microbatches
     if cfg.strategy.type == StrategyType.MODEL_PARALLEL:
         schedule, microbatches = PipelineSchedule.GPIPE, 1
-    ctx.strategy_name = ctx.strategy_name or cfg.strategy.type.value
+    ctx.strategy_name = ctx.strategy_name or str(cfg.strategy.type)
     if rank == 0:
         log.info("stage groups: blocks per stage %s, this stage on %s", sizes, device)
     if schedule in ASYNC_SCHEDULES:
-        check_async_plan(schedule, microbatches, n)
         result = run_pipedream(ctx, schedule, microbatches, built=(driver, optimizer))
     else:
         result = run_pipedream(

@@ -28,7 +28,6 @@ from torch.distributed.tensor.parallel import parallelize_module
 
 from dtjob_trainer.context import RunContext, RunResult
 from dtjob_trainer.dist import flat_parameters
-from dtjob_trainer.errors import ConfigError
 from dtjob_trainer.evaluate import final_accuracy
 from dtjob_trainer.loop import Trainable, run_loop
 from dtjob_trainer.models.tp_plan import tp_plan
@@ -40,18 +39,14 @@ NAME = "TensorParallel"
 
 
 def build_mesh(device_type: str, world_size: int, tp: int) -> DeviceMesh:
-    """The ("dp", "tp") mesh over every rank; ConfigError when tp does not divide them."""
-    if tp < 1 or world_size % tp != 0:
-        raise ConfigError(
-            f"strategy.tensorParallel.size: {tp} must divide the {world_size} worker processes"
-        )
+    """The ("dp", "tp") mesh over every rank (the config's rules: tp divides them)."""
     return init_device_mesh(device_type, (world_size // tp, tp), mesh_dim_names=("dp", "tp"))
 
 
 def parallelize(model: nn.Sequential, ctx: RunContext, mesh: DeviceMesh) -> nn.Sequential:
     """Split `model` (built whole and seeded, so every rank cuts the same tensors) over the
     mesh's "tp" dimension with the configured model's plan."""
-    plan = tp_plan(ctx.cfg.trainer.model, mesh["tp"].size())
+    plan = tp_plan(ctx.cfg.trainer.model)
     parallelize_module(model, mesh["tp"], plan)
     return model
 
@@ -86,7 +81,7 @@ def average_over_dp(params: list[nn.Parameter], dp_group: dist.ProcessGroup, dp:
 def run(ctx: RunContext) -> RunResult:
     """Train with tensor parallelism over groups of strategy.tensorParallel.size workers
     and data parallelism across the groups."""
-    tp = ctx.cfg.strategy.tensor_parallel.size
+    tp = ctx.cfg.tensor_parallel.size
     mesh = build_mesh(ctx.device.type, ctx.world_size, tp)
     dp_rank, tp_rank = divmod(ctx.rank, tp)
     dp = ctx.world_size // tp
@@ -114,7 +109,7 @@ def run(ctx: RunContext) -> RunResult:
             load_state_dict=lambda state: load_full_state(model, optimizer, state),
             # The forward pass is a collective over tp: every rank evaluates.
             evaluate=lambda: _accuracy_on_rank0(ctx, model),
-            samples_per_step=ctx.cfg.trainer.batch_size,
+            samples_per_step=ctx.cfg.trainer.batchSize,
             replica=lambda: flat_parameters(model),
         ),
     )
