@@ -177,15 +177,15 @@ def test_every_env_var_is_a_setting_the_operator_reads() -> None:
 
 def test_api_client_limits_come_from_values() -> None:
     defaults = env(render())
-    assert defaults["DTJOB_API_QPS"] == "100"
-    assert defaults["DTJOB_API_BURST"] == "200"
+    assert defaults["DTJOB_API_QPS"] == "200"
+    assert defaults["DTJOB_API_BURST"] == "400"
     assert defaults["DTJOB_API_LIST_PAGE_SIZE"] == "500"
     assert defaults["DTJOB_API_CONNECT_TIMEOUT_SECONDS"] == "5"
     assert defaults["DTJOB_API_READ_TIMEOUT_SECONDS"] == "30"
     # The chart's defaults are the operator's own, so an install without values behaves
     # like `python -m dtjob_operator`.
     s = OperatorSettings()
-    assert (s.api_qps, s.api_burst, s.api_list_page_size) == (100, 200, 500)
+    assert (s.api_qps, s.api_burst, s.api_list_page_size) == (200, 400, 500)
     assert (s.api_connect_timeout_seconds, s.api_read_timeout_seconds) == (5, 30)
     e = env(render("api.qps=20", "api.burst=30", "api.listPageSize=100",
                    "api.connectTimeoutSeconds=2", "api.readTimeoutSeconds=10"))  # fmt: skip
