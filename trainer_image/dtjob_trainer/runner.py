@@ -142,6 +142,19 @@ def _train(
             cfg.trainer.steps,
             cfg.trainer.batchSize,
         )
+    else:
+        # One line from every other rank too: `kubectl logs` of a pod that is not rank 0
+        # otherwise shows nothing at all, which reads like a pod that never started.
+        log.info(
+            "%s: rank %d of %d (%s-%d), backend %s, device %s; rank 0 reports progress",
+            key,
+            env.rank,
+            env.world_size,
+            env.role,
+            env.role_index,
+            backend,
+            device,
+        )
     tdist.init_distributed(env, backend)
     training.set()
     if stop.is_set():  # SIGTERM raced the rendezvous: nothing trained, nothing to save
