@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from helpers.apimetrics import free_port
 from helpers.crd import install_crd
 from helpers.operator import OperatorProcess
 
@@ -28,3 +29,21 @@ def operator(cluster, crd, tmp_path_factory) -> Iterator[OperatorProcess]:  # ty
     yield proc
     proc.stop()
     print(f"operator log: {log}")
+
+
+@pytest.fixture
+def metrics_port() -> int:
+    return free_port()
+
+
+@pytest.fixture
+def metered_operator(cluster, crd, namespace, tmp_path, metrics_port) -> Iterator[OperatorProcess]:  # type: ignore[no-untyped-def]
+    """An operator of this test's namespace alone (jobs other tests left behind elsewhere
+    must not keep it busy), serving its metrics on `metrics_port`."""
+    proc = OperatorProcess(cluster.kubeconfig, tmp_path / "operator.log", {
+        "DTJOB_TRAINER_IMAGE": "dtjob/trainer:test", "DTJOB_NAMESPACES": namespace,
+        "DTJOB_METRICS_PORT": str(metrics_port),
+    })  # fmt: skip
+    proc.start()
+    yield proc
+    proc.stop()

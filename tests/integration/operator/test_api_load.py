@@ -12,14 +12,13 @@ cost about three requests per running job every 5 s: over this window, some 360.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 from kubernetes import client
 
-from helpers.apimetrics import free_port, requests_sent
+from helpers.apimetrics import requests_sent
 from helpers.jobs import GROUP, PLURAL, VERSION, JobBuilder, create_job
 from helpers.kube import wait_for
 from helpers.operator import OperatorProcess
@@ -33,24 +32,6 @@ SETTLE = 15.0  # the last status writes, and a resync of every job from the cach
 MAX_REQUESTS = 5
 
 
-@pytest.fixture
-def metrics_port() -> int:
-    return free_port()
-
-
-@pytest.fixture
-def operator(cluster, crd, namespace, tmp_path, metrics_port) -> Iterator[OperatorProcess]:  # type: ignore[no-untyped-def]
-    """An operator of this test's namespace alone (jobs other tests left behind elsewhere
-    must not keep it busy), serving its metrics."""
-    proc = OperatorProcess(cluster.kubeconfig, tmp_path / "operator.log", {
-        "DTJOB_TRAINER_IMAGE": "dtjob/trainer:test", "DTJOB_NAMESPACES": namespace,
-        "DTJOB_METRICS_PORT": str(metrics_port),
-    })  # fmt: skip
-    proc.start()
-    yield proc
-    proc.stop()
-
-
 def _running(api: client.ApiClient, namespace: str) -> int:
     custom = client.CustomObjectsApi(api)
     items = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]
@@ -58,7 +39,7 @@ def _running(api: client.ApiClient, namespace: str) -> int:
 
 
 def test_at_rest_the_operator_makes_next_to_no_api_requests(
-    cluster: Any, namespace: str, operator: OperatorProcess, metrics_port: int
+    cluster: Any, namespace: str, metered_operator: OperatorProcess, metrics_port: int
 ) -> None:
     def job(i: int) -> dict[str, Any]:
         built = JobBuilder(f"rest-{i}").role("worker", PODS_PER_JOB, cpu="10m").build()
@@ -83,5 +64,5 @@ def test_at_rest_the_operator_makes_next_to_no_api_requests(
     )
     assert total <= MAX_REQUESTS, (
         f"the operator made {total} requests in {WINDOW:.0f}s at rest with {JOBS} running "
-        f"jobs (at most {MAX_REQUESTS} expected): {rows}; see {operator.log}"
+        f"jobs (at most {MAX_REQUESTS} expected): {rows}; see {metered_operator.log}"
     )

@@ -8,10 +8,8 @@ alone; and a running job's progress appears as dtjob_job_* gauges on the operato
 from __future__ import annotations
 
 import json
-import socket
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,32 +36,8 @@ from helpers.jobs import (
     wait_pods_running,
 )
 from helpers.kube import unique, wait_for
-from helpers.operator import OperatorProcess
 
 pytestmark = [pytest.mark.integration]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture
-def metrics_port() -> int:
-    return _free_port()
-
-
-@pytest.fixture
-def operator(cluster, crd, namespace, tmp_path, metrics_port) -> Iterator[OperatorProcess]:  # type: ignore[no-untyped-def]
-    """An operator of this test's namespace alone, serving its metrics."""
-    proc = OperatorProcess(cluster.kubeconfig, tmp_path / "operator.log", {
-        "DTJOB_TRAINER_IMAGE": "dtjob/trainer:test", "DTJOB_NAMESPACES": namespace,
-        "DTJOB_METRICS_PORT": str(metrics_port),
-    })  # fmt: skip
-    proc.start()
-    yield proc
-    proc.stop()
 
 
 def scrape(port: int) -> dict[str, float]:
@@ -91,7 +65,7 @@ def delete_job(cluster: Any, namespace: str, name: str) -> None:
     )
 
 
-@pytest.mark.usefixtures("operator")
+@pytest.mark.usefixtures("metered_operator")
 def test_history_config_map_is_a_child_only_the_jobs_account_can_write(
     cluster: Any, namespace: str, tmp_path: Path
 ) -> None:
@@ -153,7 +127,7 @@ def test_history_config_map_is_a_child_only_the_jobs_account_can_write(
     )
 
 
-@pytest.mark.usefixtures("operator")
+@pytest.mark.usefixtures("metered_operator")
 def test_a_running_jobs_progress_is_on_the_metrics_endpoint_until_it_is_deleted(
     cluster: Any, namespace: str, tmp_path: Path, metrics_port: int
 ) -> None:
