@@ -143,6 +143,32 @@ def _exists(read: Callable[[], Any]) -> bool:
     return True
 
 
+def apply_quota(
+    core: client.CoreV1Api,
+    ns: str,
+    name: str,
+    resource: str,
+    amount: int,
+    hard: dict[str, str] | None = None,
+) -> None:
+    """Create or update the ResourceQuota `name` so that `requests.<resource>` is `amount`
+    (plus any other `hard` entries), and wait until the quota controller has computed it:
+    admission reads status.hard, which lags the spec."""
+    key = f"requests.{resource}"
+    body = {"metadata": {"name": name}, "spec": {"hard": {key: str(amount), **(hard or {})}}}
+    if _exists(lambda: core.read_namespaced_resource_quota(name, ns)):
+        core.patch_namespaced_resource_quota(name, ns, body)
+    else:
+        core.create_namespaced_resource_quota(ns, body)
+    wait_for(
+        lambda: (
+            (core.read_namespaced_resource_quota(name, ns).status.hard or {}).get(key)
+            == str(amount)
+        ),
+        what=f"quota {name} of {amount} {resource} in {ns} computed",
+    )
+
+
 def pod_phase(core: client.CoreV1Api, ns: str, name: str) -> str | None:
     return core.read_namespaced_pod(name, ns).status.phase
 

@@ -21,6 +21,7 @@ from helpers.kube import (
     EXIT_AFTER,
     EXIT_CODE,
     GPU,
+    apply_quota,
     fake_gpu_node,
     pod_deletions,
     unique,
@@ -51,25 +52,7 @@ def admission_operator(cluster, crd, tmp_path_factory) -> Iterator[OperatorProce
 
 
 def set_quota(core: client.CoreV1Api, ns: str, gpus: int) -> None:
-    body = {
-        "metadata": {"name": "gpus"},
-        "spec": {"hard": {f"requests.{GPU}": str(gpus), "count/pods": "100"}},
-    }
-    try:
-        core.read_namespaced_resource_quota("gpus", ns)
-    except client.ApiException:
-        core.create_namespaced_resource_quota(ns, body)
-    else:
-        core.patch_namespaced_resource_quota("gpus", ns, body)
-    wait_for(
-        lambda: (
-            (core.read_namespaced_resource_quota("gpus", ns).status.hard or {}).get(
-                f"requests.{GPU}"
-            )
-            == str(gpus)
-        ),
-        what=f"quota of {gpus} GPUs in {ns} computed",
-    )
+    apply_quota(core, ns, "gpus", GPU, gpus, {"count/pods": "100"})
 
 
 def gang_job(name: str, pods: int, gpus: int, **spec: Any) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import pytest
 from kubernetes import client
 
 from helpers.jobs import JobBuilder, create_job, exit_pod, job_pods, status, wait_phase
-from helpers.kube import events_for, fake_gpu_node, node_ready, unique, wait_for
+from helpers.kube import apply_quota, events_for, fake_gpu_node, node_ready, unique, wait_for
 from helpers.operator import OperatorProcess
 
 pytestmark = [pytest.mark.integration]
@@ -51,22 +51,7 @@ def rdma_node(cluster) -> Iterator[str]:  # type: ignore[no-untyped-def]
 
 
 def set_rdma_quota(core: client.CoreV1Api, ns: str, devices: int) -> None:
-    body = {"metadata": {"name": "rdma"}, "spec": {"hard": {f"requests.{RDMA}": str(devices)}}}
-    try:
-        core.read_namespaced_resource_quota("rdma", ns)
-    except client.ApiException:
-        core.create_namespaced_resource_quota(ns, body)
-    else:
-        core.patch_namespaced_resource_quota("rdma", ns, body)
-    wait_for(
-        lambda: (
-            (core.read_namespaced_resource_quota("rdma", ns).status.hard or {}).get(
-                f"requests.{RDMA}"
-            )
-            == str(devices)
-        ),
-        what=f"quota of {devices} {RDMA} in {ns} computed",
-    )
+    apply_quota(core, ns, "rdma", RDMA, devices)
 
 
 def rdma_job(name: str, pods: int, node: str) -> dict[str, Any]:
