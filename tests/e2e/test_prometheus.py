@@ -43,8 +43,7 @@ def value(prom: Prometheus, expr: str) -> float | None:
 def test_prometheus_reads_the_operator_pods_job_metrics(
     e2e: E2E, e2e_namespace: str, prometheus: Prometheus
 ) -> None:
-    (target,) = wait_for(lambda: prometheus.up_targets("dtjob-operator"), timeout=120,
-                         what="the operator pod's target up in Prometheus")  # fmt: skip
+    target = prometheus.wait_target_up("dtjob-operator", timeout=120)
     assert target["labels"]["namespace"] == RELEASE_NS
     assert target["labels"]["pod"].startswith(f"{RELEASE}-dtjob-operator-")
 

@@ -22,6 +22,7 @@ import yaml
 
 from helpers.apimetrics import free_port
 from helpers.cluster import REPO
+from helpers.kube import wait_for
 
 CHART = REPO / "charts" / "dtjob-operator"
 # The ServiceMonitor fields to_scrape_config() translates; any other fails it, so a chart
@@ -191,6 +192,12 @@ class Prometheus:
         """The active targets of scrape job label `job` scraped successfully."""
         targets = self.api("targets", state="active")["activeTargets"]
         return [t for t in targets if t["labels"].get("job") == job and t["health"] == "up"]
+
+    def wait_target_up(self, job: str, timeout: float) -> dict[str, Any]:
+        """The one target of `job`, once discovered and scraped successfully."""
+        what = f"a target of job {job} up in Prometheus (log: {self.log})"
+        (target,) = wait_for(lambda: self.up_targets(job), timeout, interval=0.5, what=what)
+        return target
 
     def stop(self) -> None:
         if self.proc.poll() is None:

@@ -76,8 +76,7 @@ def only(series: dict[str, float]) -> tuple[dict[str, str], float]:
 def test_prometheus_scrapes_the_operator_through_the_chart_service_monitor(
     cluster: Any, namespace: str, tmp_path: Path, metrics_port: int, prometheus: Prometheus
 ) -> None:
-    (target,) = wait_for(lambda: prometheus.up_targets("dtjob-operator"), timeout=60,
-                         what="the operator's target up in Prometheus")  # fmt: skip
+    target = prometheus.wait_target_up("dtjob-operator", timeout=60)
     assert target["labels"]["namespace"] == namespace
     assert target["labels"]["service"] == f"{RELEASE}-dtjob-operator-metrics"
     assert target["labels"]["endpoint"] == "metrics"
