@@ -16,7 +16,7 @@ log_dir="$cache_root/build-logs"
 mkdir -p "$bin_dir" "$log_dir"
 
 kube_components=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
-all=("${kube_components[@]}" etcd kwok helm coredns)
+all=("${kube_components[@]}" etcd kwok helm coredns prometheus promtool)
 wanted=("$@")
 [ ${#wanted[@]} -gt 0 ] || wanted=("${all[@]}")
 
@@ -29,9 +29,25 @@ die_log() {  # what log
 }
 command -v go >/dev/null || die "no Go toolchain on PATH; install Go >= 1.24 (https://go.dev/dl) and retry"
 
+# Prometheus is keyed by its own version, in a directory of its own linked into bin_dir: a
+# new pin builds it again without touching the cached Kubernetes binaries.
+prom_dir="$cache_root/bin/prometheus-$PROMETHEUS_VERSION"
+built_at() {  # component -> where its built binary lives
+  case "$1" in
+    prometheus | promtool) echo "$prom_dir/$1" ;;
+    *) echo "$bin_dir/$1" ;;
+  esac
+}
+link_prometheus() {
+  local c
+  for c in prometheus promtool; do
+    [ ! -x "$prom_dir/$c" ] || ln -sfn "$prom_dir/$c" "$bin_dir/$c"
+  done
+}
+
 missing=()
-for c in "${wanted[@]}"; do [ -x "$bin_dir/$c" ] || missing+=("$c"); done
-if [ ${#missing[@]} -eq 0 ]; then echo "$bin_dir"; exit 0; fi
+for c in "${wanted[@]}"; do [ -x "$(built_at "$c")" ] || missing+=("$c"); done
+if [ ${#missing[@]} -eq 0 ]; then link_prometheus; echo "$bin_dir"; exit 0; fi
 
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 minor=${KUBE_VERSION#v1.}; minor=${minor%%.*}
@@ -106,7 +122,23 @@ build_install() {  # name module-path version
   mv "$gobin/$name" "$bin_dir/$name"
 }
 
-kube_missing=()
+# Both commands from one module at one version. Service discovery: Kubernetes alone (the
+# remove_all_sd tag leaves out the cloud ones, most of the build; file and http stay), and
+# without the builtinassets tag no web UI assets are embedded: the tests use the API only.
+build_prometheus() {
+  local gobin="$cache_root/src/gobin-prometheus-$PROMETHEUS_VERSION" mod=github.com/prometheus/prometheus
+  local minor="${PROMETHEUS_VERSION#v0.3}" ld="-s -w" p=github.com/prometheus/common/version
+  local release="3.$((10#${minor%%.*})).${minor#*.}"  # v0.316.0 -> 3.16.0
+  ld+=" -X $p.Version=$release -X $p.Revision=$PROMETHEUS_VERSION -X $p.Branch=HEAD"
+  mkdir -p "$gobin" "$prom_dir"
+  echo "build-binaries: building prometheus, promtool $PROMETHEUS_VERSION (log: $log_dir/prometheus.log)" >&2
+  GOBIN="$gobin" go install -trimpath -tags remove_all_sd,enable_kubernetes_sd -ldflags "$ld" \
+    "$mod/cmd/prometheus@$PROMETHEUS_VERSION" "$mod/cmd/promtool@$PROMETHEUS_VERSION" \
+    >"$log_dir/prometheus.log" 2>&1 || die_log "building prometheus" "$log_dir/prometheus.log"
+  mv "$gobin/prometheus" "$gobin/promtool" "$prom_dir/"
+}
+
+kube_missing=() prom_built=
 for c in "${missing[@]}"; do
   case "$c" in
     etcd) build_etcd ;;
@@ -114,8 +146,10 @@ for c in "${missing[@]}"; do
     helm) build_install helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION" ;;
     # The real node's DNS (hack/realnode.py); not part of the cache key, which predates it.
     coredns) build_install coredns github.com/coredns/coredns "$COREDNS_VERSION" ;;
+    prometheus | promtool) [ -n "$prom_built" ] || build_prometheus; prom_built=1 ;;
     *) kube_missing+=("$c") ;;
   esac
 done
 [ ${#kube_missing[@]} -eq 0 ] || build_kube "${kube_missing[@]}"
+link_prometheus
 echo "$bin_dir"

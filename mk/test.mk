@@ -4,7 +4,8 @@
 # fake-node cluster does not have. DTJOB_E2E=0 leaves the tier out (a quick local loop).
 # Integration tests start the local cluster through their fixture; its binaries are built
 # here first, so a cold build is not charged to one test's timeout.
-TEST_BINARIES = etcd kube-apiserver kube-controller-manager kube-scheduler kwok kubectl helm
+TEST_BINARIES = etcd kube-apiserver kube-controller-manager kube-scheduler kwok kubectl helm \
+  prometheus promtool
 PYTEST_ARGS ?=
 
 .PHONY: test test-integration _pytest
