@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -134,12 +135,19 @@ def launch(
 
 
 def stop_after_checkpoint(
-    spec: dict[str, Any], workdir: Path, marker: str = "latest", name: str = "job"
+    spec: dict[str, Any],
+    workdir: Path,
+    marker: str = "latest",
+    name: str = "job",
+    until: tuple[Callable[[Path], bool], str] | None = None,
 ) -> Outcome:
     """Start a launch, SIGTERM it once `marker` (a path under its checkpoint directory, by
-    default the `latest` pointer of full and sharded checkpoints) exists, and wait for it."""
+    default the `latest` pointer of full and sharded checkpoints) exists, or once `until`'s
+    predicate holds of the checkpoint directory (its second item says what is awaited), and
+    wait for it to end."""
     proc, ckpt, result = start_launch(spec, workdir, name=name)
-    wait_for(lambda: (ckpt / marker).exists() or proc.poll() is not None, 180, "a checkpoint")
+    ready, what = until or ((lambda d: (d / marker).exists()), "a checkpoint")
+    wait_for(lambda: ready(ckpt) or proc.poll() is not None, 180, what)
     proc.send_signal(signal.SIGTERM)
     return finish(proc, ckpt, result)
 

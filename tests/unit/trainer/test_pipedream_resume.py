@@ -6,16 +6,15 @@ PipeDream's carries no stash (nothing is in flight between steps)."""
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 
 import pytest
 import torch
-from unit.trainer.harness import a_spec, finish, launch, start_launch, wait_for
+from unit.trainer.harness import a_spec, launch, stop_after_checkpoint
 from unit.trainer.pipedream_reference import pipedream_reference, two_bw_reference
 from unit.trainer.reference import Reference, assert_losses_close, assert_params_close
 
-from dtjob_trainer.checkpoint import LATEST, Checkpointer
+from dtjob_trainer.checkpoint import Checkpointer
 from dtjob_trainer.errors import EXIT_PREEMPTED
 
 STEPS = 150  # enough after the first checkpoint (step 10) for SIGTERM to land before the end
@@ -33,10 +32,8 @@ def test_sigterm_then_resume_equals_uninterrupted(schedule: str, tmp_path: Path)
         logEverySteps=5,
         optimizer={"type": "Adam", "lr": 0.003},
     )
-    proc, ckpt, result = start_launch(spec, tmp_path)
-    wait_for(lambda: (ckpt / LATEST).exists() or proc.poll() is not None, 180, "a checkpoint")
-    proc.send_signal(signal.SIGTERM)
-    stopped_run = finish(proc, ckpt, result)
+    stopped_run = stop_after_checkpoint(spec, tmp_path)
+    ckpt = stopped_run.checkpoint_dir
     assert stopped_run.rc == EXIT_PREEMPTED, stopped_run.output
     stopped_at = Checkpointer(ckpt).steps()[-1]
     assert 0 < stopped_at < STEPS

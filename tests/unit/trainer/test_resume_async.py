@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import math
 import re
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +31,8 @@ import torch
 from unit.trainer.harness import (
     Outcome,
     a_spec,
-    finish,
     launch,
-    start_launch,
     stop_after_checkpoint,
-    wait_for,
 )
 from unit.trainer.ps_results import applied_and_pushed
 
@@ -132,14 +128,14 @@ def _hogwild_updates(output: str, rank: int) -> tuple[int, int, int]:
 
 
 def _stop(spec: dict[str, Any], tmp_path: Path) -> Outcome:
-    proc, ckpt, result = start_launch(spec, tmp_path)
-    wait_for(
-        lambda: _recorded_step(ckpt) >= STOP_AFTER or proc.poll() is not None,
-        180,
-        f"ps-0 to record {STOP_AFTER} steps of every worker",
+    return stop_after_checkpoint(
+        spec,
+        tmp_path,
+        until=(
+            lambda ckpt: _recorded_step(ckpt) >= STOP_AFTER,
+            f"ps-0 to record {STOP_AFTER} steps of every worker",
+        ),
     )
-    proc.send_signal(signal.SIGTERM)
-    return finish(proc, ckpt, result)
 
 
 @pytest.mark.parametrize("mode", sorted(CASES))

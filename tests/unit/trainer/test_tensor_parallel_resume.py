@@ -4,14 +4,13 @@ ends exactly where an uninterrupted one ends (fp64, 1e-10)."""
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 from typing import Any
 
-from unit.trainer.harness import a_spec, finish, launch, start_launch, wait_for
+from unit.trainer.harness import a_spec, launch, stop_after_checkpoint
 from unit.trainer.reference import assert_losses_close, assert_params_close, reference_run
 
-from dtjob_trainer.checkpoint import LATEST, Checkpointer
+from dtjob_trainer.checkpoint import Checkpointer
 from dtjob_trainer.errors import EXIT_PREEMPTED
 
 MLP = {"type": "MLP", "hiddenSizes": [64, 64, 64]}
@@ -56,10 +55,8 @@ def test_sigterm_then_resume_equals_uninterrupted(tmp_path: Path) -> None:
     steps = 120
     spec = tp_spec(4, 2, steps=steps, checkpoint_every=10, logEverySteps=5, batchSize=64,
                    model=MLP, optimizer=ADAM)  # fmt: skip
-    proc, ckpt, result = start_launch(spec, tmp_path)
-    wait_for(lambda: (ckpt / LATEST).exists() or proc.poll() is not None, 180, "a checkpoint")
-    proc.send_signal(signal.SIGTERM)
-    stopped_run = finish(proc, ckpt, result)
+    stopped_run = stop_after_checkpoint(spec, tmp_path)
+    ckpt = stopped_run.checkpoint_dir
     assert stopped_run.rc == EXIT_PREEMPTED, stopped_run.output
     assert "SIGTERM" in stopped_run.output
     stopped_at = Checkpointer(ckpt).steps()[-1]

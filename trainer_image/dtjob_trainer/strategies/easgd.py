@@ -110,9 +110,11 @@ def run(ctx: RunContext) -> RunResult:
     return _run_async(ctx)
 
 
-def _optimizer_step(
+def local_sgd_step(
     ctx: RunContext, model: nn.Module, optimizer: torch.optim.Optimizer, part: int, parts: int
 ) -> Callable[[int], torch.Tensor]:
+    """A worker's own optimizer step on its shard (part of parts); every EASGD form, the
+    round-robin one included, takes its local steps this way."""
     forward_backward = shard_forward_backward(ctx, model, part, parts)
 
     def gradient_step(step: int) -> torch.Tensor:
@@ -132,7 +134,7 @@ def _run_sync(ctx: RunContext) -> RunResult:
     optimizer = build_optimizer(params, ctx.cfg.trainer.optimizer)
     centre = ReplicatedCentre(flat_params(model).to(ctx.device), elastic_alpha(ctx))
     # The loss share is loss / n: the loop's sum is the workers' mean loss.
-    gradient_step = _optimizer_step(ctx, model, optimizer, ctx.rank, n)
+    gradient_step = local_sgd_step(ctx, model, optimizer, ctx.rank, n)
     evaluation_model = ctx.build_model().to(ctx.device)
 
     def step(s: int) -> torch.Tensor:
@@ -204,7 +206,7 @@ def _run_async(ctx: RunContext) -> RunResult:
     optimizer = build_optimizer(params, cfg.optimizer)
     session = WorkerSession(ctx, name, model, group)
     step = session.start()
-    gradient_step = _optimizer_step(ctx, model, optimizer, ctx.rank, lay.n_workers)
+    gradient_step = local_sgd_step(ctx, model, optimizer, ctx.rank, lay.n_workers)
     pushed = 0
 
     def exchange(w: torch.Tensor, s: int) -> torch.Tensor:

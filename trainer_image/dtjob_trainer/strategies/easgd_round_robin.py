@@ -27,12 +27,10 @@ per-shard checkpoints restart workers from the centre).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch import nn
 
 from dtjob_trainer.context import RunContext, RunResult
 from dtjob_trainer.dist import broadcast_object
@@ -40,8 +38,12 @@ from dtjob_trainer.evaluate import final_accuracy
 from dtjob_trainer.loop import Trainable, run_loop
 from dtjob_trainer.optim import build_optimizer
 from dtjob_trainer.strategies._async import flat_params, load_flat, protocol_group
-from dtjob_trainer.strategies.common import shard_forward_backward
-from dtjob_trainer.strategies.easgd import CentreExchange, easgd_step, elastic_alpha
+from dtjob_trainer.strategies.easgd import (
+    CentreExchange,
+    easgd_step,
+    elastic_alpha,
+    local_sgd_step,
+)
 
 NAME = "ParameterServer/EASGDRoundRobin"
 
@@ -92,20 +94,6 @@ def master_exchange(master: int, group: dist.ProcessGroup | None) -> CentreExcha
     return exchange
 
 
-def _gradient_step(
-    ctx: RunContext, model: nn.Module, optimizer: torch.optim.Optimizer, part: int, parts: int
-) -> Callable[[int], torch.Tensor]:
-    forward_backward = shard_forward_backward(ctx, model, part, parts)
-
-    def gradient_step(step: int) -> torch.Tensor:
-        optimizer.zero_grad(set_to_none=True)
-        loss = forward_backward(step)
-        optimizer.step()
-        return loss
-
-    return gradient_step
-
-
 def run(ctx: RunContext) -> RunResult:
     """Round-robin EASGD: workers 0 .. G-1, the master (the one ps process) last."""
     n = ctx.cfg.role_processes("worker")
@@ -123,7 +111,7 @@ def run(ctx: RunContext) -> RunResult:
     exchange = master_exchange(master, group)
     # The loss share is loss / G: the loop's sum over ranks is the workers' mean loss.
     gradient_step = (
-        None if optimizer is None else _gradient_step(ctx, model, optimizer, ctx.rank, n)
+        None if optimizer is None else local_sgd_step(ctx, model, optimizer, ctx.rank, n)
     )
 
     def step(s: int) -> torch.Tensor:
