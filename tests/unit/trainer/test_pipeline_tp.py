@@ -16,6 +16,7 @@ from torch.distributed import get_process_group_ranks
 from unit.trainer.harness import a_spec, launch
 from unit.trainer.ranks import run_ranks
 from unit.trainer.reference import assert_losses_close, assert_params_close, reference_run
+from unit.trainer.tp_models import GPT_DATA, GPT_MODEL
 
 from dtjob_trainer.config import load_config
 from dtjob_trainer.data import batch, load_dataset
@@ -25,15 +26,6 @@ from dtjob_trainer.strategies.pipeline_tp import build_mesh, coordinate
 from dtjob_trainer.strategies.stage_tp import StageTP
 from dtjob_trainer.strategies.tensor_parallel import average_over_dp
 
-GPT_MODEL: dict[str, Any] = {
-    "type": "GPT",
-    "layers": 2,
-    "dModel": 16,
-    "heads": 4,
-    "seqLen": 8,
-    "vocabSize": 32,
-}
-GPT_DATA = {"type": "SyntheticTokens", "samples": 256, "evalSamples": 64}
 # 3 hidden layers + the classifier, 2 stages: (0.0 col, 1.0 row) and (2.0 col, 3 row).
 MLP_MODEL = {"type": "MLP", "hiddenSizes": [32, 32, 32]}
 ADAM = {"type": "Adam", "lr": 0.01}
