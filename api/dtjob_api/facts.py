@@ -87,11 +87,23 @@ class Facts:
     backend: str = "auto"
 
     @property
+    def stageTensorParallel(self) -> int:
+        """Tensor-parallel degree inside each pipeline stage: strategy.tensorParallel.size
+        when it is set (Pipeline, Hybrid), else 1."""
+        return self.tensorParallel if self.has_tensor_parallel_settings else 1
+
+    @property
+    def stageWidth(self) -> int:
+        """Stage processes per pipeline stage: dataParallel (Hybrid only) x the stage
+        tensor-parallel degree."""
+        dp = self.dataParallel if self.strategy == StrategyType.HYBRID else 1
+        return dp * self.stageTensorParallel
+
+    @property
     def pipelineDegree(self) -> int:
-        """Pipeline ranks: the stage processes, divided by dataParallel for Hybrid."""
-        if self.strategy == StrategyType.HYBRID:
-            return self.stageProcesses // self.dataParallel
-        return self.stageProcesses
+        """Pipeline ranks: the stage processes divided by the stage width (dataParallel
+        for Hybrid, times strategy.tensorParallel.size when set)."""
+        return self.stageProcesses // self.stageWidth
 
     @property
     def pipelineStages(self) -> int:
@@ -209,9 +221,13 @@ TENSOR_PARALLEL = _cel_setting("tensorParallel", "size", TensorParallelSpec().si
 WORKER_PROCESSES = _cel_processes("worker")
 STAGE_PROCESSES = _cel_processes("stage")
 PS_PROCESSES = _cel_processes("ps")
-PIPELINE_DEGREE = (
-    f'({STRATEGY} == "Hybrid" ? {STAGE_PROCESSES} / {DATA_PARALLEL} : {STAGE_PROCESSES})'
+# Tensor parallelism inside pipeline stages: absent settings mean none (the 2 of
+# TENSOR_PARALLEL is the TensorParallel strategy's default size).
+STAGE_TENSOR_PARALLEL = (
+    "(has(self.strategy.tensorParallel) ? self.strategy.tensorParallel.size : 1)"
 )
+STAGE_WIDTH = f'(({STRATEGY} == "Hybrid" ? {DATA_PARALLEL} : 1) * {STAGE_TENSOR_PARALLEL})'
+PIPELINE_DEGREE = f"({STAGE_PROCESSES} / {STAGE_WIDTH})"
 _CHUNKS = f'({SCHEDULE} == "Interleaved1F1B" ? {STAGES_PER_RANK} : 1)'
 PIPELINE_STAGES = f"({PIPELINE_DEGREE} * {_CHUNKS})"
 _MODEL = "self.trainer.model"

@@ -34,6 +34,7 @@ from dtjob_api.facts import (
     STAGE_GROUPS,
     STAGE_PROCESSES,
     STAGE_STRATEGIES,
+    STAGE_WIDTH,
     STRATEGY,
     TENSOR_PARALLEL,
     WORKER_PROCESSES,
@@ -65,9 +66,10 @@ def _is(*strategies: StrategyType) -> str:
 _PS = _is(StrategyType.PARAMETER_SERVER)
 _HOGWILD = f'{_PS} && {MODE} == "Hogwild"'
 _PIPELINED = f"{_is(StrategyType.PIPELINE, StrategyType.HYBRID)} && has(self.roles.stage)"
-# Hybrid's grid exists only when dataParallel divides the stage processes (else that rule
-# fires and the pipeline degree means nothing).
-_GRID = f'{_PIPELINED} && ({STRATEGY} != "Hybrid" || {STAGE_PROCESSES} % {DATA_PARALLEL} == 0)'
+# The (pp, dp, tp) grid of the stage processes exists only when the stage width (Hybrid's
+# dataParallel x strategy.tensorParallel.size) divides them (else a rule fires and the
+# pipeline degree means nothing).
+_GRID = f"{_PIPELINED} && {STAGE_PROCESSES} % {STAGE_WIDTH} == 0"
 _1F1B = f"{SCHEDULE} in {cel_list(tuple(str(s) for s in ONE_F_ONE_B))}"
 _HYBRID = f'{STRATEGY} == "Hybrid" && has(self.roles.stage)'
 # Every worker strategy splits the global batch over the worker processes; Hogwild splits it
@@ -77,6 +79,10 @@ _BATCH_SPLIT = tuple(s for s in WORKER_STRATEGIES if s != StrategyType.TENSOR_PA
 _DATA_PARALLEL = f"{_is(*_BATCH_SPLIT)} && !({_HOGWILD}) && has(self.roles.worker)"
 _TP = f'{STRATEGY} == "TensorParallel" && has(self.roles.worker)'
 _TP_GRID = f"{_TP} && {WORKER_PROCESSES} % {TENSOR_PARALLEL} == 0"
+# Pipeline and Hybrid with strategy.tensorParallel: every stage split over its tp ranks.
+_STAGE_TP = f"{_PIPELINED} && has(self.strategy.tensorParallel)"
+# Any job whose bundled-model layers are split by strategy.tensorParallel.size.
+_ANY_TP = f"(({_TP}) || ({_STAGE_TP}))"
 
 
 # ParameterServer mode EASGDRoundRobin: workers take turns at one master's centre.
@@ -97,9 +103,7 @@ def _pipelined(f: Facts) -> bool:
 
 
 def _grid(f: Facts) -> bool:
-    return _pipelined(f) and (
-        f.strategy != StrategyType.HYBRID or f.stageProcesses % f.dataParallel == 0
-    )
+    return _pipelined(f) and f.stageProcesses % f.stageWidth == 0
 
 
 def _tp(f: Facts) -> bool:
@@ -108,6 +112,14 @@ def _tp(f: Facts) -> bool:
 
 def _tp_grid(f: Facts) -> bool:
     return _tp(f) and f.workerProcesses % f.tensorParallel == 0
+
+
+def _stage_tp(f: Facts) -> bool:
+    return _pipelined(f) and f.has_tensor_parallel_settings
+
+
+def _any_tp(f: Facts) -> bool:
+    return _tp(f) or _stage_tp(f)
 
 
 def _interleaved_rounds_ok(f: Facts) -> bool:
@@ -210,8 +222,8 @@ RULES: tuple[Rule, ...] = (
         lambda f: _grid(f) and f.strategy == StrategyType.HYBRID,
         f"{PIPELINE_DEGREE} >= 2", lambda f: f.pipelineDegree >= 2,
         "strategy Hybrid needs a pipeline degree (stage processes / "
-        "strategy.hybrid.dataParallel) of at least 2",
-        detail="{stageProcesses} stage processes / {dataParallel} = {pipelineDegree}",
+        "strategy.hybrid.dataParallel, / strategy.tensorParallel.size when set) of at least 2",
+        detail="{stageProcesses} stage processes / {stageWidth} = {pipelineDegree}",
     ),
     Rule(
         "strategy.pipeline.microbatches",
@@ -219,7 +231,8 @@ RULES: tuple[Rule, ...] = (
         lambda f: f.bundled_trainer and _grid(f) and f.schedule in ONE_F_ONE_B,
         f"{MICROBATCHES} >= {PIPELINE_DEGREE}", lambda f: f.microbatches >= f.pipelineDegree,
         "schedule {schedule} needs at least as many micro-batches as pipeline ranks (the stage "
-        "processes; for Hybrid divided by strategy.hybrid.dataParallel)",
+        "processes; for Hybrid divided by strategy.hybrid.dataParallel; divided by "
+        "strategy.tensorParallel.size when set)",
         detail="{microbatches} micro-batches, {pipelineDegree} pipeline ranks",
     ),
     Rule(
@@ -256,11 +269,11 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "roles.stage",
         f"{BUNDLED_TRAINER} && {_is(*STAGE_STRATEGIES)} && has(self.roles.stage) && "
-        f'({STRATEGY} != "Hybrid" || {STAGE_PROCESSES} % {DATA_PARALLEL} == 0)',
+        f"{STAGE_PROCESSES} % {STAGE_WIDTH} == 0",
         lambda f: f.bundled_trainer
         and f.strategy in STAGE_STRATEGIES
         and f.has_stage
-        and (f.strategy != StrategyType.HYBRID or f.stageProcesses % f.dataParallel == 0),
+        and f.stageProcesses % f.stageWidth == 0,
         f"{MODEL_BLOCKS} >= {PIPELINE_STAGES}", lambda f: f.modelBlocks >= f.pipelineStages,
         "more pipeline stages than the model has blocks: add layers "
         "(trainer.model.hiddenSizes or trainer.model.layers) or use fewer stage processes",
@@ -362,8 +375,39 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "strategy.tensorParallel",
         "has(self.strategy.tensorParallel)", lambda f: f.has_tensor_parallel_settings,
-        f'{STRATEGY} == "TensorParallel"', lambda f: f.strategy == StrategyType.TENSOR_PARALLEL,
-        "only allowed with strategy TensorParallel, not {strategy}",
+        _is(StrategyType.TENSOR_PARALLEL, StrategyType.PIPELINE, StrategyType.HYBRID),
+        lambda f: f.strategy
+        in (StrategyType.TENSOR_PARALLEL, StrategyType.PIPELINE, StrategyType.HYBRID),
+        "only allowed with strategy TensorParallel, Pipeline or Hybrid, not {strategy}",
+        "FieldValueForbidden",
+    ),
+    # 3-D parallelism: strategy.tensorParallel with Pipeline or Hybrid splits every stage
+    # over `size` processes (rank = (pp_index x dp + dp_index) x tp + tp_index).
+    Rule(
+        "strategy.tensorParallel.size",
+        f'{_STAGE_TP} && ({STRATEGY} != "Hybrid" || {STAGE_PROCESSES} % {DATA_PARALLEL} == 0)',
+        lambda f: _stage_tp(f)
+        and (f.strategy != StrategyType.HYBRID or f.stageProcesses % f.dataParallel == 0),
+        f"{STAGE_PROCESSES} % {STAGE_WIDTH} == 0",
+        lambda f: f.stageProcesses % f.stageWidth == 0,
+        "must divide the stage processes (replicas x procsPerPod; for Hybrid, divided by "
+        "strategy.hybrid.dataParallel) evenly: the pipeline degree is their quotient",
+        detail="{stageProcesses} stage processes, width {stageWidth}",
+    ),
+    Rule(
+        "strategy.pipeline.schedule",
+        f"{BUNDLED_TRAINER} && {_STAGE_TP}", lambda f: f.bundled_trainer and _stage_tp(f),
+        f'!({SCHEDULE} in ["PipeDream", "PipeDream2BW"])',
+        lambda f: f.schedule not in ("PipeDream", "PipeDream2BW"),
+        "schedule {schedule} cannot run with strategy.tensorParallel: with tensor-parallel "
+        "stages use GPipe, 1F1B or Interleaved1F1B",
+    ),
+    Rule(
+        "roles.stage.groups",
+        HAS_STAGE_GROUPS, lambda f: f.has_stage_groups,
+        "!has(self.strategy.tensorParallel)", lambda f: not f.has_tensor_parallel_settings,
+        "cannot be combined with strategy.tensorParallel: a stage group's pods run one "
+        "process each, one stage per pod; remove one of the two",
         "FieldValueForbidden",
     ),
     Rule(
@@ -386,8 +430,8 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "trainer.model.heads",
-        f'{BUNDLED_TRAINER} && {_TP} && self.trainer.model.type == "GPT"',
-        lambda f: f.bundled_trainer and _tp(f) and f.modelType == "GPT",
+        f'{BUNDLED_TRAINER} && {_ANY_TP} && self.trainer.model.type == "GPT"',
+        lambda f: f.bundled_trainer and _any_tp(f) and f.modelType == "GPT",
         f"self.trainer.model.heads % {TENSOR_PARALLEL} == 0",
         lambda f: f.heads % f.tensorParallel == 0,
         "must be a multiple of strategy.tensorParallel.size: attention is split by heads",
@@ -395,8 +439,8 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "trainer.model.hiddenSizes",
-        f'{BUNDLED_TRAINER} && {_TP} && self.trainer.model.type == "MLP"',
-        lambda f: f.bundled_trainer and _tp(f) and f.modelType == "MLP",
+        f'{BUNDLED_TRAINER} && {_ANY_TP} && self.trainer.model.type == "MLP"',
+        lambda f: f.bundled_trainer and _any_tp(f) and f.modelType == "MLP",
         f"self.trainer.model.hiddenSizes.all(h, h % {TENSOR_PARALLEL} == 0)",
         lambda f: all(h % f.tensorParallel == 0 for h in f.hiddenSizes),
         "every width must be a multiple of strategy.tensorParallel.size: the layers are "
@@ -405,9 +449,9 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "trainer.model.type",
-        f"{BUNDLED_TRAINER} && {_TP}", lambda f: f.bundled_trainer and _tp(f),
+        f"{BUNDLED_TRAINER} && {_ANY_TP}", lambda f: f.bundled_trainer and _any_tp(f),
         'self.trainer.model.type != "CNN"', lambda f: f.modelType != "CNN",
-        "CNN has no tensor-parallel plan: use MLP or GPT with strategy TensorParallel",
+        "CNN has no tensor-parallel plan: use MLP or GPT with strategy.tensorParallel",
     ),
     # Heterogeneous pipelines: roles.stage.groups (the role's own rules are in spec.py).
     Rule(

@@ -181,13 +181,17 @@ class HybridSpec(ApiModel):
 
 
 class TensorParallelSpec(ApiModel):
-    """Settings of the TensorParallel (Megatron-style, optionally x data parallel) strategy."""
+    """Settings of Megatron-style tensor parallelism: the TensorParallel strategy
+    (optionally x data parallel), or each stage of a Pipeline or Hybrid job (3-D
+    parallelism: pipeline x data parallel x tensor parallel)."""
 
     size: int = Field(default=2, ge=1, le=1024)
-    """Processes each layer is split over (attention by heads, MLPs by features); the
-    worker processes must be a multiple of it, and the data-parallel degree is their
-    quotient. Consecutive ranks share a replica: set procsPerPod (or gpus) to it to keep
-    the split inside a pod."""
+    """Processes each layer is split over (attention by heads, MLPs by features).
+    TensorParallel: the worker processes must be a multiple of it, and the data-parallel
+    degree is their quotient. Pipeline and Hybrid: every stage is split over `size`
+    processes, and the pipeline degree is the stage processes / (dataParallel x size).
+    Consecutive ranks share a split: set procsPerPod (or gpus) to it to keep the split
+    inside a pod."""
 
 
 class StrategySpec(ApiModel):
@@ -208,7 +212,8 @@ class StrategySpec(ApiModel):
     hybrid: HybridSpec | None = None
     """Hybrid settings (only with type Hybrid)."""
     tensorParallel: TensorParallelSpec | None = None
-    """TensorParallel settings (only with type TensorParallel)."""
+    """Tensor-parallel settings: with type TensorParallel, or with Pipeline or Hybrid to
+    split every stage (schedules GPipe, 1F1B, Interleaved1F1B; no stage groups)."""
 
 
 class RoleSpec(ApiModel):

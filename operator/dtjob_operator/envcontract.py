@@ -134,6 +134,13 @@ def data_parallel_degree(spec: DistributedTrainingJobSpec) -> int:
     return hybrid.dataParallel if hybrid is not None else DEFAULT_HYBRID_DATA_PARALLEL
 
 
+def stage_tensor_parallel_degree(spec: DistributedTrainingJobSpec) -> int:
+    """DTJ_TP_SIZE of the pipeline strategies: strategy.tensorParallel.size when it is set
+    (Pipeline and Hybrid: 3-D parallelism), else 1."""
+    tp = spec.strategy.tensorParallel
+    return tp.size if tp is not None else 1
+
+
 def build_env(
     job_name: str,
     namespace: str,
@@ -187,12 +194,16 @@ def build_env(
         stages = layout.role_slots("stage")
         stage_procs = sum(s.procs for s in stages)
         offset = stages[0].base_rank if stages else 0
-        dp = data_parallel_degree(spec)
-        env["DTJ_PP_SIZE"] = str(stage_procs // dp)
+        dp, tp = data_parallel_degree(spec), stage_tensor_parallel_degree(spec)
+        # Stage ranks in (pp, dp, tp) row-major order: a stage spans dp x tp ranks.
+        width = dp * tp
+        env["DTJ_PP_SIZE"] = str(stage_procs // width)
         env["DTJ_DP_SIZE"] = str(dp)
+        env["DTJ_TP_SIZE"] = str(tp)
         # The stage of the pod's first process; a pod whose processes span stages (procs
-        # not a multiple of dp) has each process compute its own as rank // dp.
-        env["DTJ_STAGE_INDEX"] = str((me.base_rank - offset) // dp) if role == "stage" else "0"
+        # not a multiple of dp x tp) has each process compute its own as rank // (dp x tp).
+        first = (me.base_rank - offset) // width
+        env["DTJ_STAGE_INDEX"] = str(first) if role == "stage" else "0"
     env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "1"
     env["NCCL_DEBUG"] = spec.network.ncclDebug
     env["NCCL_SOCKET_IFNAME"] = spec.network.ncclSocketIfname or default_socket_ifname

@@ -109,8 +109,16 @@ class TrainerConfig:
 
     def pipeline_size(self) -> int:
         """Pipeline degree: stage processes (divided by the data-parallel degree for
-        Hybrid); 1 without stages."""
+        Hybrid and by the stage tensor-parallel degree); 1 without stages."""
         return max(1, self.facts.pipelineDegree)
+
+    def stage_tensor_parallel_size(self) -> int:
+        """Tensor-parallel degree inside each pipeline stage (Pipeline, Hybrid): 1 unless
+        strategy.tensorParallel is set (the rules refuse it with other stage strategies;
+        TensorParallel's own size is `tensor_parallel`)."""
+        if self.strategy.type not in (StrategyType.PIPELINE, StrategyType.HYBRID):
+            return 1
+        return self.facts.stageTensorParallel
 
     def data_parallel_size(self) -> int:
         """Processes the global batch is split over (1 for ModelParallel and Pipeline)."""

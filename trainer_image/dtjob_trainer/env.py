@@ -53,6 +53,8 @@ class DistEnv:
     worker_hosts: tuple[str, ...]
     pp_size: int | None
     dp_size: int | None
+    tp_size: int | None
+    """DTJ_TP_SIZE: tensor-parallel degree inside each pipeline stage (Pipeline, Hybrid)."""
     stage_index: int | None
     kubernetes_host: str | None
     kubernetes_port: str | None
@@ -155,6 +157,7 @@ def read_env(environ: Mapping[str, str] | None = None) -> DistEnv:
         worker_hosts=_hosts(env, "DTJ_WORKER_HOSTS"),
         pp_size=_opt_int(env, "DTJ_PP_SIZE"),
         dp_size=_opt_int(env, "DTJ_DP_SIZE"),
+        tp_size=_opt_int(env, "DTJ_TP_SIZE"),
         stage_index=_opt_int(env, "DTJ_STAGE_INDEX"),
         kubernetes_host=env.get("KUBERNETES_SERVICE_HOST") or None,
         kubernetes_port=env.get("KUBERNETES_SERVICE_PORT") or None,

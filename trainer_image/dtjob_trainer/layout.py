@@ -123,9 +123,10 @@ def pod_env(
             host(p.role, p.index) for p in pods if p.role == "worker"
         )
     if cfg.strategy.type in STAGE_STRATEGIES:
-        dp = cfg.data_parallel_size()
+        dp, tp = cfg.data_parallel_size(), cfg.stage_tensor_parallel_size()
         env["DTJ_PP_SIZE"] = str(cfg.pipeline_size())
         env["DTJ_DP_SIZE"] = str(dp)
-        first = (pod.rank - role_offsets(cfg)["stage"]) // dp
+        env["DTJ_TP_SIZE"] = str(tp)
+        first = (pod.rank - role_offsets(cfg)["stage"]) // (dp * tp)
         env["DTJ_STAGE_INDEX"] = str(first) if pod.role == "stage" else "0"
     return env

@@ -136,6 +136,17 @@ PIPELINE_TABLES = {
         a_job().with_strategy("Hybrid", hybrid={"dataParallel": 2}).with_stages(2, gpus=2),
         {"stage-0": ("2", "2", "0"), "stage-1": ("2", "2", "1")},
     ),
+    # DeviceMesh (pp, dp, tp) row-major: a stage spans dp x tp ranks, tp peers in a pod.
+    "Hybrid-tp-inside-a-pod": (
+        a_job()
+        .with_strategy("Hybrid", hybrid={"dataParallel": 2}, tensorParallel={"size": 2})
+        .with_stages(4, gpus=2),
+        {"stage-0": ("2", "2", "0"), "stage-1": ("2", "2", "0"), "stage-2": ("2", "2", "1")},
+    ),
+    "Pipeline-tp": (
+        a_job().with_strategy("Pipeline", tensorParallel={"size": 2}).with_stages(4),
+        {"stage-0": ("2", "1", "0"), "stage-1": ("2", "1", "0"), "stage-3": ("2", "1", "1")},
+    ),
     "Hybrid-default-dp": (
         a_job().with_strategy("Hybrid").with_stages(4),
         {"stage-0": ("2", "2", "0"), "stage-3": ("2", "2", "1")},
@@ -152,10 +163,17 @@ def test_pipeline_degrees_and_stage_of_each_pod(case: tuple[JobBuilder, dict]) -
         assert (env["DTJ_PP_SIZE"], env["DTJ_DP_SIZE"], env["DTJ_STAGE_INDEX"]) == degrees, pod
 
 
+def test_tp_size_is_the_stage_split_and_1_without_one() -> None:
+    tp = a_job().with_strategy("Pipeline", tensorParallel={"size": 2}).with_stages(4)
+    assert env_of(tp, "stage", 1)["DTJ_TP_SIZE"] == "2"
+    plain = a_job().with_strategy("Hybrid").with_stages(4)
+    assert env_of(plain, "stage", 1)["DTJ_TP_SIZE"] == "1"
+
+
 @pytest.mark.parametrize("strategy", ["DataParallel", "FSDP", "CPUOffload", "Auto"])
 def test_pipeline_and_ps_variables_only_where_they_mean_something(strategy: str) -> None:
     env = env_of(a_job().with_strategy(strategy).with_workers(2), "worker", 0)
-    for name in ("DTJ_PP_SIZE", "DTJ_DP_SIZE", "DTJ_STAGE_INDEX", "DTJ_PS_HOSTS"):
+    for name in ("DTJ_PP_SIZE", "DTJ_DP_SIZE", "DTJ_TP_SIZE", "DTJ_STAGE_INDEX", "DTJ_PS_HOSTS"):
         assert name not in env
 
 

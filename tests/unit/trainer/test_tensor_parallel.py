@@ -14,20 +14,11 @@ import torch
 from unit.trainer.harness import a_spec, launch
 from unit.trainer.ranks import run_ranks
 from unit.trainer.reference import assert_losses_close, assert_params_close, reference_run
+from unit.trainer.tp_models import GPT_DATA, GPT_MODEL
 
 from dtjob_trainer.config import load_config
 from dtjob_trainer.data import batch, load_dataset
 from dtjob_trainer.models import build_model, loss_fn
-
-GPT_MODEL: dict[str, Any] = {
-    "type": "GPT",
-    "layers": 2,
-    "dModel": 16,
-    "heads": 4,
-    "seqLen": 8,
-    "vocabSize": 32,
-}
-GPT_DATA = {"type": "SyntheticTokens", "samples": 256, "evalSamples": 64}
 
 
 def tp_spec(workers: int, tp: int, model: str = "MLP", **trainer: Any) -> dict[str, Any]:

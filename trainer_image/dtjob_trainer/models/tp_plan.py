@@ -78,6 +78,20 @@ def mlp_plan(hidden_layers: int) -> TPPlan:
     return plan
 
 
+def stage_plan(m: ModelSpec, names: set[str]) -> TPPlan:
+    """The plan of model `m` restricted to one pipeline stage, whose top-level modules are
+    `names` (the full model's names). Only column/row pairs that lie wholly inside the
+    stage are split, so a stage always takes and hands on full (replicated) activations;
+    a pair cut by a stage boundary stays replicated (MLP stages of one hidden layer)."""
+    pairs = list(tp_plan(m).items())
+    plan: TPPlan = {}
+    # Every plan lists its Linears as consecutive (column, row) pairs.
+    for (col, col_style), (row, row_style) in zip(pairs[::2], pairs[1::2], strict=True):
+        if col.split(".")[0] in names and row.split(".")[0] in names:
+            plan[col], plan[row] = col_style, row_style
+    return plan
+
+
 def tp_plan(m: ModelSpec) -> TPPlan:
     """The plan of model `m` (GPT or MLP; the config's rules refuse the CNN)."""
     if m.type == ModelType.GPT:

@@ -37,6 +37,9 @@ MODULES: dict[str, str] = {
     # A stage role split into groups: per-stage devices (heterogeneous pipeline).
     "Pipeline/StageGroups": "stage_groups",
     "ModelParallel/StageGroups": "stage_groups",
+    # Pipeline and Hybrid with strategy.tensorParallel: 3-D parallelism.
+    "Pipeline/TensorParallel": "pipeline_tp",
+    "Hybrid/TensorParallel": "pipeline_tp",
 }
 
 
@@ -47,6 +50,8 @@ def strategy_key(cfg: TrainerConfig) -> str:
     stage = cfg.roles.stage
     if stage is not None and stage.groups:
         return f"{cfg.strategy.type}/StageGroups"
+    if cfg.stage_tensor_parallel_size() > 1:
+        return f"{cfg.strategy.type}/TensorParallel"
     return str(cfg.strategy.type)
 
 

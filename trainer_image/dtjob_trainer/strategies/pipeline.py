@@ -11,7 +11,9 @@ equals a full-batch step of the whole model.
 `PipelinePlan` and `build_pipeline` are shared with ModelParallel (GPipe with one
 micro-batch) and Hybrid (one pipeline per data-parallel replica); `run_pipeline` wires a
 pipeline into the training loop. Rank 0 holds stage 0; the loss lives on the rank holding
-the last stage, and the loop's all-reduce brings it to rank 0.
+the last stage, and the loop's all-reduce brings it to rank 0. With a `StageTP`
+(strategies/pipeline_tp.py: Pipeline and Hybrid with strategy.tensorParallel) every stage
+is split over its tp peers (strategies/stage_tp.py).
 """
 
 from __future__ import annotations
@@ -45,6 +47,13 @@ from dtjob_trainer.evaluate import eval_autocast, scored_rows
 from dtjob_trainer.loop import Trainable, run_loop
 from dtjob_trainer.models import loss_fn, split_into_stages
 from dtjob_trainer.optim import build_optimizer
+from dtjob_trainer.strategies.stage_tp import (
+    StageTP,
+    full_stage_state,
+    load_stage_state,
+    parallelize_stage,
+)
+from dtjob_trainer.strategies.tensor_parallel import average_over_dp
 
 NAME = "Pipeline"
 
@@ -106,10 +115,14 @@ def build_pipeline(
     plan: PipelinePlan,
     device: torch.device,
     group: dist.ProcessGroup | None = None,
+    tp: StageTP | None = None,
 ) -> tuple[_PipelineSchedule, list[nn.Sequential]]:
-    """The schedule and this rank's stage modules (moved to `device`) for `plan`."""
+    """The schedule and this rank's stage modules (moved to `device`, split over `tp`
+    when given) for `plan`."""
     all_stages = split_into_stages(model, plan.num_stages)
     mine = [all_stages[i].to(device) for i in plan.stage_indices()]
+    if tp is not None:
+        mine = [parallelize_stage(module, tp) for module in mine]
     stages: list[_PipelineStageBase] = [
         PipelineStage(module, index, plan.num_stages, device, group=group)
         for module, index in zip(mine, plan.stage_indices(), strict=True)
@@ -186,36 +199,46 @@ def run_pipeline(
     dp_group: dist.ProcessGroup | None = None,
     dp_rank: int = 0,
     dp_size: int = 1,
+    tp: StageTP | None = None,
 ) -> RunResult:
     """Train with the pipeline of `plan` through the shared loop. With `dp_size` > 1 there
     is one pipeline per data-parallel replica (rank order pp_index * dp + dp_index): each
     takes shard `dp_rank` of the global batch and the gradients are averaged over
-    `dp_group` before the optimizer step."""
+    `dp_group` before the optimizer step. With `tp` every stage is split over tp peers
+    (rank order (pp_index * dp + dp_index) * tp + tp_index)."""
     cfg = ctx.cfg.trainer
     device = ctx.device
-    schedule, stages = build_pipeline(ctx.build_model(), plan, device, pp_group)
+    schedule, stages = build_pipeline(ctx.build_model(), plan, device, pp_group, tp)
     local = local_module(stages)
     params = list(local.parameters())
     optimizer = build_optimizer(params, cfg.optimizer)
+    tp_size, tp_rank = (tp.mesh.size(), tp.rank) if tp is not None else (1, 0)
     # Ranks of the pipeline of replica 0: they hold the state that is saved and evaluated.
-    last_rank_of_replica0 = (plan.pp_size - 1) * dp_size
+    last_rank_of_replica0 = (plan.pp_size - 1) * dp_size * tp_size
 
     def step(s: int) -> torch.Tensor:
         optimizer.zero_grad(set_to_none=True)
         x, y = batch(ctx.data, s, cfg.batchSize, cfg.seed, dp_rank, dp_size)
         with ctx.autocast():
             losses, _ = pipeline_step(schedule, plan, x.to(device), y.to(device))
-        if dp_size > 1:
+        if tp is not None:
+            # Gradients of split parameters are DTensors: averaged shard by shard.
+            average_over_dp(params, dp_group, dp_size)
+        elif dp_size > 1:
             average_gradients(params, dp_group, dp_size)
         optimizer.step()
-        if not losses:
+        # The tp peers of the last stage computed the same losses: one of them reports.
+        if not losses or tp_rank != 0:
             return torch.zeros((), dtype=torch.float64)
         # This replica's mean loss over its micro-batches, as its share of the global mean.
         return torch.stack([loss.detach() for loss in losses]).mean().double().cpu() / dp_size
 
     def state_dict() -> dict[str, Any] | None:
         mine = None
-        if dp_rank == 0:
+        if dp_rank == 0 and tp is not None:
+            full = full_stage_state(local, optimizer)  # collective over the tp peers
+            mine = full if tp_rank == 0 else None
+        elif dp_rank == 0:
             mine = {
                 "model": {k: v.detach().cpu().clone() for k, v in local.state_dict().items()},
                 "optimizer": get_optimizer_state_dict(
@@ -232,10 +255,13 @@ def run_pipeline(
         state = broadcast_object(state)
         assert state is not None
         names = set(local.state_dict())
-        local.load_state_dict({k: v for k, v in state["model"].items() if k in names})
-        set_optimizer_state_dict(
-            local, optimizer, optim_state_dict=select_optimizer_state(state["optimizer"], names)
-        )
+        model = {k: v for k, v in state["model"].items() if k in names}
+        optim = select_optimizer_state(state["optimizer"], names)
+        if tp is not None:
+            load_stage_state(local, optimizer, {"model": model, "optimizer": optim})
+            return
+        local.load_state_dict(model)
+        set_optimizer_state_dict(local, optimizer, optim_state_dict=optim)
 
     def evaluate() -> float | None:
         acc = None

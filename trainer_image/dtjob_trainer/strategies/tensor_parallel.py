@@ -63,7 +63,9 @@ def local_grads(params: list[nn.Parameter]) -> list[torch.Tensor]:
     return out
 
 
-def average_over_dp(params: list[nn.Parameter], dp_group: dist.ProcessGroup, dp: int) -> None:
+def average_over_dp(
+    params: list[nn.Parameter], dp_group: dist.ProcessGroup | None, dp: int
+) -> None:
     """Average this rank's gradients with its dp peers (same tp position) in one flat
     all-reduce; the results are written back into the gradients' local tensors."""
     if dp == 1:

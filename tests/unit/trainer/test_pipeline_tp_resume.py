@@ -1,0 +1,67 @@
+"""3-D parallelism checkpoints: full state under the unsplit model's parameter names (so
+they restore into another layout or strategy), and a SIGTERM + restart run that ends
+exactly where an uninterrupted one ends (fp64, 1e-10)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from unit.trainer.harness import a_spec, launch, stop_after_checkpoint
+from unit.trainer.reference import assert_losses_close, assert_params_close, reference_run
+
+from dtjob_trainer.checkpoint import Checkpointer
+from dtjob_trainer.errors import EXIT_PREEMPTED
+
+MLP = {"type": "MLP", "hiddenSizes": [64, 64, 64]}
+ADAM = {"type": "Adam", "lr": 0.003}
+
+
+def pp_tp_spec(stages: int, tp: int | None, **trainer: Any) -> dict[str, Any]:
+    """A 1F1B Pipeline job of `stages` single-process stage pods, each stage split over
+    `tp` of them (None: not split); fp64 MLP, Adam."""
+    extra: dict[str, Any] = {"pipeline": {"schedule": "1F1B", "microbatches": 2}}
+    if tp is not None:
+        extra["tensorParallel"] = {"size": tp}
+    return a_spec(
+        "Pipeline", workers=None, stages=stages, strategy_extra=extra, model=MLP,
+        optimizer=ADAM, **trainer,
+    )  # fmt: skip
+
+
+def test_checkpoint_has_full_names_and_restores_into_other_layouts(tmp_path: Path) -> None:
+    spec = pp_tp_spec(4, 2, steps=6, checkpoint_every=3)
+    first = launch(spec, tmp_path)
+    assert first.rc == 0, first.output
+    ckpt = Checkpointer(first.checkpoint_dir).load_latest()
+    assert ckpt is not None and ckpt.step == 6 and not ckpt.sharded
+    # Whole tensors under the unsplit model's names: the reference's parameters at step 6.
+    assert_params_close(ckpt.state["model"], reference_run(spec).params, "fp64")
+
+    # A pipeline without tensor parallelism continues the same training from it.
+    longer = reference_run({**spec, "trainer": {**spec["trainer"], "steps": 9}})
+    plain = pp_tp_spec(2, None, steps=9, checkpoint_every=3)
+    second = launch(plain, tmp_path)
+    assert second.rc == 0, second.output
+    assert second.result is not None and second.result["start_step"] == 6
+    assert_losses_close(second.result["losses"], longer.losses[6:], "fp64")
+    assert_params_close(second.result["params"], longer.params, "fp64")
+
+
+def test_sigterm_then_resume_equals_uninterrupted(tmp_path: Path) -> None:
+    steps = 80
+    spec = pp_tp_spec(4, 2, steps=steps, checkpoint_every=10, logEverySteps=5, batchSize=64)
+    stopped = stop_after_checkpoint(spec, tmp_path)
+    assert stopped.rc == EXIT_PREEMPTED, stopped.output
+    assert "SIGTERM" in stopped.output
+    stopped_at = Checkpointer(stopped.checkpoint_dir).steps()[-1]
+    assert 0 < stopped_at < steps
+
+    resumed = launch(spec, tmp_path)
+    assert resumed.rc == 0, resumed.output
+    assert resumed.result is not None
+    assert resumed.result["start_step"] == stopped_at
+    assert resumed.result["steps"] == steps
+    ref = reference_run(spec)
+    assert_losses_close(resumed.result["losses"], ref.losses[stopped_at:], "fp64")
+    assert_params_close(resumed.result["params"], ref.params, "fp64")
