@@ -16,7 +16,7 @@ log_dir="$cache_root/build-logs"
 mkdir -p "$bin_dir" "$log_dir"
 
 kube_components=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
-all=("${kube_components[@]}" etcd kwok helm coredns)
+all=("${kube_components[@]}" etcd kwok helm coredns registry)
 wanted=("$@")
 [ ${#wanted[@]} -gt 0 ] || wanted=("${all[@]}")
 
@@ -29,8 +29,13 @@ die_log() {  # what log
 }
 command -v go >/dev/null || die "no Go toolchain on PATH; install Go >= 1.24 (https://go.dev/dl) and retry"
 
+# The registry is keyed by its own version (a stamp beside it), not by the directory's key.
+current() {  # component
+  [ -x "$bin_dir/$1" ] || return 1
+  [ "$1" != registry ] || [ "$(cat "$bin_dir/registry.version" 2>/dev/null)" = "$REGISTRY_VERSION" ]
+}
 missing=()
-for c in "${wanted[@]}"; do [ -x "$bin_dir/$c" ] || missing+=("$c"); done
+for c in "${wanted[@]}"; do current "$c" || missing+=("$c"); done
 if [ ${#missing[@]} -eq 0 ]; then echo "$bin_dir"; exit 0; fi
 
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
@@ -114,6 +119,11 @@ for c in "${missing[@]}"; do
     helm) build_install helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION" ;;
     # The real node's DNS (hack/realnode.py); not part of the cache key, which predates it.
     coredns) build_install coredns github.com/coredns/coredns "$COREDNS_VERSION" ;;
+    # The real node's image registry; its own version stamp (see current above).
+    registry)
+      build_install registry github.com/distribution/distribution/v3/cmd/registry "$REGISTRY_VERSION"
+      echo "$REGISTRY_VERSION" >"$bin_dir/registry.version"
+      ;;
     *) kube_missing+=("$c") ;;
   esac
 done
