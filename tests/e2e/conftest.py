@@ -1,6 +1,7 @@
 """The end-to-end tier: the local cluster plus its REAL node (`make cluster-up NODE=real`),
-the operator and trainer images built from this repository's Dockerfiles, and the chart
-installed with Helm (hack/realnode-helm.sh). Set up once per session; cold, that builds
+the operator and trainer images built from this repository's Dockerfiles and pushed to the
+node's registry, which the node pulls them from, and the chart installed with Helm
+(hack/realnode-helm.sh). Set up once per session; cold, that builds
 everything (see docs/real-node.md), warm it takes seconds. `make test-e2e` runs the same
 set-up (hack/realnode-up.sh) before pytest, so a cold build is not charged to the first
 test's timeout; a bare `pytest -m e2e` on a cold machine needs that script run first.
@@ -58,7 +59,11 @@ def e2e() -> Iterator[E2E]:
             "PATH": f"{bins}:{os.environ['PATH']}",
             "CONTAINERD_SOCK": str(state / "realnode" / "containerd.sock"),
         }
-        _run("images (hack/images.sh all)", [str(REPO / "hack" / "images.sh"), "all"], env)
+        _run(
+            "images (hack/images.sh all: build, push)",
+            [str(REPO / "hack" / "images.sh"), "all"],
+            env,
+        )
         _run("helm install", [str(REPO / "hack" / "realnode-helm.sh"), "install"], env)
         yield E2E(kubeconfig=kubeconfig, state=state, env=env)
     finally:
