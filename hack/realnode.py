@@ -4,14 +4,14 @@ version, and CoreDNS on the host. hack/cluster.py calls up()/down(); see docs/re
 
 Networking, all on this machine: a Linux bridge `dtjob<N>` with the pod subnet
 10.244.<N>.0/24 and the host address 10.244.<N>.1 (the node's InternalIP, kubelet's listener,
-CoreDNS's listener and the pods' nameserver).
+CoreDNS's listener and the pods' nameserver). The apiserver keeps listening on 127.0.0.1
+only; pods reach it through kube-proxy's ClusterIP 10.96.0.1 -> the `kubernetes` Endpoints
+(<bridge address>:<apiserver port>) -> a small TCP forwarder on that address to 127.0.0.1.
 
 Images: a registry (distribution, built from Go modules) on 127.0.0.1:<port base + 14>,
 storage under $DTJOB_CACHE/registry; hack/images.sh pushes to it and containerd pulls from it
 over plain http (hosts.toml), as a user's cluster pulls from theirs. Only the pause image is
-imported (the node's own sandbox image, like kubeadm's). The apiserver keeps listening on 127.0.0.1
-only; pods reach it through kube-proxy's ClusterIP 10.96.0.1 -> the `kubernetes` Endpoints
-(<bridge address>:<apiserver port>) -> a small TCP forwarder on that address to 127.0.0.1.
+imported (the node's own sandbox image, like kubeadm's).
 
 Everything started is recorded under <state>/realnode (pids, iptables rules, sysctls) and
 down() removes exactly that: containers, network namespaces, mounts, rules, the bridge.
@@ -160,7 +160,7 @@ def write_configs(cfg: Config, net: Net, cache: Path) -> None:
     write_registry_configs(cfg, net, cache)
     cri = 'plugins."io.containerd.grpc.v1.cri"'
     (rd / "containerd.toml").write_text(f"""version = 2
-# Images persist in the cache (imported once); runtime state lives in the cluster state dir.
+# Images persist in the cache (pulled once); runtime state lives in the cluster state dir.
 root = "{cache / "containerd"}"
 state = "{rd / "containerd-state"}"
 [grpc]
