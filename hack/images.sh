@@ -153,6 +153,10 @@ push_all() {
   if [ "$WITH_CUSTOM" = 1 ]; then
     custom=dev-$(docker image inspect -f '{{.Id}}' "$CUSTOM_IMAGE" | cut -c8-19)
     push "$CUSTOM_IMAGE" dtjob-custom-example "$custom"
+  elif [ "$(sed -n 's/^REGISTRY=//p' "$work/pushed.env" 2>/dev/null)" = "$REG" ]; then
+    # Not pushed this time: the one pushed before is still there (a push without it must
+    # not make the e2e tier's custom-image tests lose it).
+    custom=$(sed -n 's/^CUSTOM_TAG=//p' "$work/pushed.env")
   fi
   printf 'REGISTRY=%s\nTAG=%s\nCUSTOM_TAG=%s\n' "$REG" "$tag" "$custom" >"$work/pushed.env"
 }

@@ -48,6 +48,7 @@ def e2e() -> Iterator[E2E]:
     mark = state / "started-by-pytest"
     was_running = cluster_cmd("status").returncode == 0
     env = {**os.environ, "DTJOB_NODE": "real", "DTJOB_CLUSTER_BY_FIXTURE": "1"}
+    env["DTJOB_CUSTOM_IMAGE"] = "1"  # test_custom_image's, as hack/realnode-up.sh e2e builds it
     try:
         _run("cluster-up NODE=real", [sys.executable, str(CLUSTER_PY), "up"], env)
         if not was_running:
