@@ -16,7 +16,7 @@ log_dir="$cache_root/build-logs"
 mkdir -p "$bin_dir" "$log_dir"
 
 kube_components=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
-all=("${kube_components[@]}" etcd kwok helm coredns prometheus promtool)
+all=("${kube_components[@]}" etcd kwok helm coredns prometheus promtool registry)
 wanted=("$@")
 [ ${#wanted[@]} -gt 0 ] || wanted=("${all[@]}")
 
@@ -29,25 +29,28 @@ die_log() {  # what log
 }
 command -v go >/dev/null || die "no Go toolchain on PATH; install Go >= 1.24 (https://go.dev/dl) and retry"
 
-# Prometheus is keyed by its own version, in a directory of its own linked into bin_dir: a
-# new pin builds it again without touching the cached Kubernetes binaries.
+# Prometheus and the registry are keyed by their own versions, each in a directory of its own
+# linked into bin_dir: a new pin builds that tool again without touching the cached
+# Kubernetes binaries.
 prom_dir="$cache_root/bin/prometheus-$PROMETHEUS_VERSION"
+reg_dir="$cache_root/bin/registry-$REGISTRY_VERSION"
 built_at() {  # component -> where its built binary lives
   case "$1" in
     prometheus | promtool) echo "$prom_dir/$1" ;;
+    registry) echo "$reg_dir/$1" ;;
     *) echo "$bin_dir/$1" ;;
   esac
 }
-link_prometheus() {
+link_own_versions() {
   local c
-  for c in prometheus promtool; do
-    [ ! -x "$prom_dir/$c" ] || ln -sfn "$prom_dir/$c" "$bin_dir/$c"
+  for c in prometheus promtool registry; do
+    [ ! -x "$(built_at "$c")" ] || ln -sfn "$(built_at "$c")" "$bin_dir/$c"
   done
 }
 
 missing=()
 for c in "${wanted[@]}"; do [ -x "$(built_at "$c")" ] || missing+=("$c"); done
-if [ ${#missing[@]} -eq 0 ]; then link_prometheus; echo "$bin_dir"; exit 0; fi
+if [ ${#missing[@]} -eq 0 ]; then link_own_versions; echo "$bin_dir"; exit 0; fi
 
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 minor=${KUBE_VERSION#v1.}; minor=${minor%%.*}
@@ -147,9 +150,14 @@ for c in "${missing[@]}"; do
     # The real node's DNS (hack/realnode.py); not part of the cache key, which predates it.
     coredns) build_install coredns github.com/coredns/coredns "$COREDNS_VERSION" ;;
     prometheus | promtool) [ -n "$prom_built" ] || build_prometheus; prom_built=1 ;;
+    # The real node's image registry (hack/realnode.py).
+    registry)
+      build_install registry github.com/distribution/distribution/v3/cmd/registry "$REGISTRY_VERSION"
+      mkdir -p "$reg_dir" && mv "$bin_dir/registry" "$reg_dir/registry"
+      ;;
     *) kube_missing+=("$c") ;;
   esac
 done
 [ ${#kube_missing[@]} -eq 0 ] || build_kube "${kube_missing[@]}"
-link_prometheus
+link_own_versions
 echo "$bin_dir"

@@ -3,7 +3,8 @@
 and KWOK as background processes, plus fake GPU nodes. Stdlib only, so `make cluster-up`
 and the pytest fixture run the same code without the venv.
 
-Usage: hack/cluster.py up|down|status|kubeconfig
+Usage: hack/cluster.py up|down|status|kubeconfig|registry   (registry: the real node's
+       image registry, host:port on 127.0.0.1, for `docker push` and the chart's images)
 
 Environment (all optional):
   DTJOB_CLUSTER_STATE      state dir (logs, pids, pki, etcd data, kubeconfig);
@@ -253,7 +254,7 @@ def external_kubeconfig() -> str | None:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2 or argv[1] not in ("up", "down", "status", "kubeconfig"):
+    if len(argv) != 2 or argv[1] not in ("up", "down", "status", "kubeconfig", "registry"):
         print(__doc__, file=sys.stderr)
         return 2
     verb = argv[1]
@@ -267,6 +268,9 @@ def main(argv: list[str]) -> int:
             return 0
         if verb == "kubeconfig":
             print(cfg.kubeconfig)
+            return 0
+        if verb == "registry":
+            print(realnode.registry_address(cfg))
             return 0
         if verb == "status":
             return status(cfg)

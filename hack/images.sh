@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the operator and trainer images (and examples/custom-image's, for the e2e tier) from
-# this repository's Dockerfiles (unchanged) with no container registry, and imports them into
-# the real node's containerd (namespace k8s.io).
+# this repository's Dockerfiles (unchanged) and pushes them to the real node's registry
+# (hack/realnode.py starts it on 127.0.0.1), from which the node pulls them like any cluster.
 #
 #   1. base image dtjob/python-base:3.11-bookworm: debootstrap of Debian bookworm (minbase)
 #      plus bookworm's python3 and python3-pip, imported with `docker import`; the Dockerfiles'
@@ -9,13 +9,21 @@
 #   2. `docker build` of Dockerfile and trainer_image/Dockerfile (classic builder, host
 #      network for pip): the dependency layers are cached in Docker's data root under
 #      $DTJOB_CACHE/docker, so torch (the CUDA wheel from PyPI, GBs) downloads once.
-#   3. `docker save | ctr import` into containerd, skipped when that image ID is already there.
+#   3. `docker push` to $DTJOB_REGISTRY (default: `hack/cluster.py registry`) as
+#      dtjob-operator:<tag> and dtjob-trainer:<tag> (dtjob-custom-example:<custom tag>), the
+#      names docs/getting-started.md uses. The tag is content-derived, <appVersion>-<12 hex of
+#      both image IDs>, so a rebuilt image gets a new tag and the node's IfNotPresent pulls it;
+#      a fixed tag would leave the node running the image it pulled first. Docker pushes only
+#      the layers the registry lacks, and the dockerd default trusts 127.0.0.0/8 over http.
+#      The tags pushed last go to $DTJOB_CACHE/images/pushed.env (hack/realnode-helm.sh).
 #
 # Docker Engine (Debian's docker.io) is started when needed (`make cluster-down` stops it),
 # with its own data root and socket, no bridge and no iptables rules (builds use the host network).
 #
-# Usage: hack/images.sh [build|import|all|node|stop]   (default all; import and node need the
-#        real node's containerd: CONTAINERD_SOCK)
+# The pause image (the node's sandbox image) alone is imported into containerd (`node`).
+#
+# Usage: hack/images.sh [build|push|all|node|stop]   (default all = build + push; push needs
+#        the registry up: `make cluster-up NODE=real`; node needs CONTAINERD_SOCK)
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cache=${DTJOB_CACHE:-$HOME/.cache/dtjob}
@@ -28,7 +36,7 @@ OPERATOR_IMAGE=dtjob/operator:$TAG
 TRAINER_IMAGE=dtjob/trainer:$TAG
 PAUSE_IMAGE=dtjob/pause:3.10  # hack/realnode.py's sandbox_image
 # examples/custom-image: a user's own torchrun image, which the e2e tier runs as a user would.
-# Built and imported only with DTJOB_CUSTOM_IMAGE=1 (hack/realnode-up.sh e2e sets it): the
+# Built and pushed only with DTJOB_CUSTOM_IMAGE=1 (hack/realnode-up.sh e2e sets it): the
 # demo has no use for a second multi-GB image.
 CUSTOM_IMAGE=dtjob/custom-example:dev
 WITH_CUSTOM=${DTJOB_CUSTOM_IMAGE:-0}
@@ -114,19 +122,43 @@ build() {  # image dockerfile name
   echo "images: $1 ready in $((SECONDS - t0)) s, $(docker image inspect -f '{{.Size}}' "$1" | awk '{printf "%.0f MB", $1/1e6}')" >&2
 }
 
-import() {  # image
+import() {  # image: the pause image, into the real node's containerd
   local sock=${CONTAINERD_SOCK:?CONTAINERD_SOCK names the real node containerd socket}
-  local id stamp=$work/imported-$(echo "$1" | tr '/:' '__') t0=$SECONDS
-  id=$(docker image inspect -f '{{.Id}}' "$1")
-  if [ "$(cat "$stamp" 2>/dev/null)" = "$id" ] &&
-    ctr -a "$sock" -n k8s.io images ls -q | grep -qx "docker.io/$1"; then
-    return 0
-  fi
+  ctr -a "$sock" -n k8s.io images ls -q | grep -qx "docker.io/$1" && return 0
   echo "images: importing $1 into containerd (log: $logs/import.log)" >&2
   docker save "$1" | ctr -a "$sock" -n k8s.io images import - >"$logs/import.log" 2>&1 \
     || die_log "importing $1 into containerd ($sock)" "$logs/import.log"
-  echo "$id" >"$stamp"
-  echo "images: imported $1 in $((SECONDS - t0)) s" >&2
+}
+
+registry() {  # host:port of the real node's registry, or fail when it does not answer
+  local reg=${DTJOB_REGISTRY:-$(python3 "$top/hack/cluster.py" registry)}
+  curl -fsS --noproxy '*' -o /dev/null "http://$reg/v2/" 2>/dev/null || return 1
+  echo "$reg"
+}
+
+push() {  # local-image remote-name tag
+  local ref=$REG/$2:$3 t0=$SECONDS
+  docker tag "$1" "$ref"
+  docker push "$ref" >"$logs/push-$2.log" 2>&1 || die_log "docker push $ref" "$logs/push-$2.log"
+  echo "images: pushed $ref in $((SECONDS - t0)) s" >&2
+}
+
+push_all() {
+  REG=$(registry) || die "no registry answers at ${DTJOB_REGISTRY:-$(python3 "$top/hack/cluster.py" registry)}; start it with \`make cluster-up NODE=real\`"
+  local ids tag custom=""
+  ids=$(docker image inspect -f '{{.Id}}' "$OPERATOR_IMAGE" "$TRAINER_IMAGE")
+  tag=$TAG-$(echo "$ids" | sha256sum | cut -c1-12)
+  push "$OPERATOR_IMAGE" dtjob-operator "$tag"
+  push "$TRAINER_IMAGE" dtjob-trainer "$tag"
+  if [ "$WITH_CUSTOM" = 1 ]; then
+    custom=dev-$(docker image inspect -f '{{.Id}}' "$CUSTOM_IMAGE" | cut -c8-19)
+    push "$CUSTOM_IMAGE" dtjob-custom-example "$custom"
+  elif [ "$(sed -n 's/^REGISTRY=//p' "$work/pushed.env" 2>/dev/null)" = "$REG" ]; then
+    # Not pushed this time: the one pushed before is still there (a push without it must
+    # not make the e2e tier's custom-image tests lose it).
+    custom=$(sed -n 's/^CUSTOM_TAG=//p' "$work/pushed.env")
+  fi
+  printf 'REGISTRY=%s\nTAG=%s\nCUSTOM_TAG=%s\n' "$REG" "$tag" "$custom" >"$work/pushed.env"
 }
 
 pause_image() {  # the pod sandbox image, a static Go binary (hack/images-pause)
@@ -147,25 +179,17 @@ case "$verb" in
     build "$OPERATOR_IMAGE" Dockerfile operator
     build "$TRAINER_IMAGE" trainer_image/Dockerfile trainer
     [ "$WITH_CUSTOM" != 1 ] || build "$CUSTOM_IMAGE" examples/custom-image/Dockerfile custom-example
-    if [ "$verb" = all ]; then
-      import "$OPERATOR_IMAGE" && import "$TRAINER_IMAGE"
-      [ "$WITH_CUSTOM" != 1 ] || import "$CUSTOM_IMAGE"
-    fi
+    [ "$verb" != all ] || push_all
     ;;
-  import)
+  push)
     dockerd_up
-    import "$OPERATOR_IMAGE"
-    import "$TRAINER_IMAGE"
-    [ "$WITH_CUSTOM" != 1 ] || import "$CUSTOM_IMAGE"
+    push_all
     ;;
-  node) # what the real node needs at start: the pause image, and our images when built
+  node) # what the real node needs at start: its sandbox image
     dockerd_up
     pause_image
     import "$PAUSE_IMAGE"
-    for i in "$OPERATOR_IMAGE" "$TRAINER_IMAGE" "$CUSTOM_IMAGE"; do
-      if docker image inspect "$i" >/dev/null 2>&1; then import "$i"; fi
-    done
     ;;
   stop) dockerd_down ;;
-  *) die "usage: hack/images.sh [build|import|all|node|stop]" ;;
+  *) die "usage: hack/images.sh [build|push|all|node|stop]" ;;
 esac

@@ -8,6 +8,11 @@ CoreDNS's listener and the pods' nameserver). The apiserver keeps listening on 1
 only; pods reach it through kube-proxy's ClusterIP 10.96.0.1 -> the `kubernetes` Endpoints
 (<bridge address>:<apiserver port>) -> a small TCP forwarder on that address to 127.0.0.1.
 
+Images: a registry (distribution, built from Go modules) on 127.0.0.1:<port base + 14>,
+storage under $DTJOB_CACHE/registry; hack/images.sh pushes to it and containerd pulls from it
+over plain http (hosts.toml), as a user's cluster pulls from theirs. Only the pause image is
+imported (the node's own sandbox image, like kubeadm's).
+
 Everything started is recorded under <state>/realnode (pids, iptables rules, sysctls) and
 down() removes exactly that: containers, network namespaces, mounts, rules, the bridge.
 Only one real node per host: kube-proxy's iptables chains are host-wide.
@@ -24,6 +29,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.request
 from pathlib import Path
 from subprocess import Popen
 
@@ -33,7 +39,7 @@ from cluster_components import HACK, ClusterError, Config
 
 NODE = "dtjob-real-0"
 TAINT_KEY = "dtjob.io/node"  # label and NoSchedule taint dtjob.io/node=real
-COMPONENTS = ("containerd", "apiserver-forwarder", "coredns", "kube-proxy", "kubelet")
+COMPONENTS = ("registry", "containerd", "apiserver-forwarder", "coredns", "kube-proxy", "kubelet")
 PACKAGES = (
     "containerd",
     "runc",
@@ -59,6 +65,12 @@ class Net:
         self.kubelet_port = cfg.port_base + 10
         self.ports = {"kubelet-healthz": cfg.port_base + 11, "proxy-metrics": cfg.port_base + 12,
                       "proxy-healthz": cfg.port_base + 13}  # fmt: skip
+        self.registry = registry_address(cfg)
+
+
+def registry_address(cfg: Config) -> str:
+    """host:port of the node's registry; `hack/cluster.py registry` prints it."""
+    return f"127.0.0.1:{cfg.port_base + 14}"
 
 
 def rdir(cfg: Config) -> Path:
@@ -127,7 +139,7 @@ def running(state: Path, name: str) -> int | None:
 
 def write_configs(cfg: Config, net: Net, cache: Path) -> None:
     rd = rdir(cfg)
-    for d in ("cni", "pids", "kubelet", "containerd-state"):
+    for d in ("cni", "pids", "kubelet", "containerd-state", f"certs.d/{net.registry}"):
         (rd / d).mkdir(parents=True, exist_ok=True)
     pki = cfg.pki
     # The node and kube-proxy identities the bootstrap RBAC knows (Node authorizer,
@@ -145,9 +157,10 @@ def write_configs(cfg: Config, net: Net, cache: Path) -> None:
     for name in ("node", "kube-proxy"):
         cluster_pki.write_kubeconfig(rd / f"{name}.kubeconfig", pki, name, cfg.server)
     (cache / "containerd").mkdir(parents=True, exist_ok=True)
+    write_registry_configs(cfg, net, cache)
     cri = 'plugins."io.containerd.grpc.v1.cri"'
     (rd / "containerd.toml").write_text(f"""version = 2
-# Images persist in the cache (imported once); runtime state lives in the cluster state dir.
+# Images persist in the cache (pulled once); runtime state lives in the cluster state dir.
 root = "{cache / "containerd"}"
 state = "{rd / "containerd-state"}"
 [grpc]
@@ -166,6 +179,8 @@ state = "{rd / "containerd-state"}"
     default_runtime_name = "runc"
     [{cri}.containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
+  [{cri}.registry]
+    config_path = "{rd / "certs.d"}"
   [{cri}.cni]
     bin_dir = "{CNI_BIN}"
     conf_dir = "{rd / "cni"}"
@@ -192,7 +207,8 @@ state = "{rd / "containerd-state"}"
         "containerRuntimeEndpoint": f"unix://{rd / 'containerd.sock'}",
         "clusterDNS": [net.host_ip], "clusterDomain": "cluster.local", "resolvConf": "",
         "registerWithTaints": [{"key": TAINT_KEY, "value": "real", "effect": "NoSchedule"}],
-        # No registry to pull from again: never garbage-collect the imported images.
+        # Never garbage-collect images: the pause image is imported (no registry has it), and
+        # pulling the multi-GB trainer again after a collection would stall a job for minutes.
         "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
         "evictionHard": {"memory.available": "200Mi", "nodefs.available": "2%",
                          "imagefs.available": "2%"},
@@ -230,8 +246,33 @@ state = "{rd / "containerd-state"}"
 """)
 
 
+def write_registry_configs(cfg: Config, net: Net, cache: Path) -> None:
+    rd = rdir(cfg)
+    (cache / "registry").mkdir(parents=True, exist_ok=True)
+    # Storage in the cache: pushed layers (the trainer's are GBs) outlive the cluster.
+    (rd / "registry.yml").write_text(f"""version: 0.1
+log:
+  level: warn
+  accesslog:
+    disabled: true
+storage:
+  filesystem:
+    rootdirectory: {cache / "registry"}
+http:
+  addr: {net.registry}
+""")
+    # containerd 1.6 reads hosts.toml per registry host under the CRI's config_path; http
+    # because the registry serves only 127.0.0.1, where no certificate is needed.
+    (rd / "certs.d" / net.registry / "hosts.toml").write_text(f"""server = "http://{net.registry}"
+[host."http://{net.registry}"]
+  capabilities = ["pull", "resolve"]
+""")
+
+
 def command(cfg: Config, net: Net, name: str, bins: Path) -> list[str]:
     rd = rdir(cfg)
+    if name == "registry":
+        return [str(bins / "registry"), "serve", str(rd / "registry.yml")]
     if name == "containerd":
         return ["containerd", f"--config={rd / 'containerd.toml'}"]
     if name == "apiserver-forwarder":
@@ -308,8 +349,10 @@ def node_ready(api: cluster_api.Api) -> bool:
 
 
 def build_binaries() -> Path:
-    proc = subprocess.run([str(HACK / "build-binaries.sh"), "kubelet", "kube-proxy", "coredns"],
-                          stdout=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.run(
+        [str(HACK / "build-binaries.sh"), "kubelet", "kube-proxy", "coredns", "registry"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
     if proc.returncode != 0:
         raise ClusterError("building the real node's binaries failed (see the line above)")
     return Path(proc.stdout.strip().splitlines()[-1])
@@ -332,9 +375,11 @@ def up(cfg: Config, api: cluster_api.Api) -> None:
     setup_network(cfg, net)
     procs: dict[str, Popen[bytes]] = {}
     try:
+        procs["registry"] = start(cfg, net, "registry", bins)
         procs["containerd"] = start(cfg, net, "containerd", bins)
         sock = rdir(cfg) / "containerd.sock"
         wait(cfg, "containerd socket", sock.exists, procs)
+        wait(cfg, f"registry {net.registry}", lambda: registry_ready(net), procs)
         ensure_images(cfg, sock)
         publish_apiserver(cfg, net, api)
         for name in ("apiserver-forwarder", "coredns", "kube-proxy", "kubelet"):
@@ -343,12 +388,21 @@ def up(cfg: Config, api: cluster_api.Api) -> None:
     except BaseException:
         down(cfg, quiet=True)
         raise
-    print(f"cluster-up: real node {NODE} Ready in {time.monotonic() - t0:.1f} s "
-          f"(pods {net.subnet} on {net.bridge})", file=sys.stderr)  # fmt: skip
+    print(f"cluster-up: real node {NODE} Ready in {time.monotonic() - t0:.1f} s (pods "
+          f"{net.subnet} on {net.bridge}, registry {net.registry})", file=sys.stderr)  # fmt: skip
+
+
+def registry_ready(net: Net) -> bool:
+    no_proxy = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # it is local
+    try:
+        with no_proxy.open(f"http://{net.registry}/v2/", timeout=2) as r:
+            return bool(r.status == 200)
+    except OSError:
+        return False
 
 
 def ensure_images(cfg: Config, sock: Path) -> None:
-    """The pause image (and, when built, the operator and trainer images) in containerd."""
+    """The pause image in containerd; ours come from the registry (hack/images.sh push)."""
     log = cfg.log("realnode-images")
     env = {**os.environ, "CONTAINERD_SOCK": str(sock)}
     with log.open("w") as out:
@@ -381,7 +435,7 @@ def down(cfg: Config, quiet: bool = False) -> list[str]:
         return []
     stopped = []
     sock = rd / "containerd.sock"
-    for name in ("kubelet", "kube-proxy", "coredns", "apiserver-forwarder"):
+    for name in ("kubelet", "kube-proxy", "coredns", "apiserver-forwarder", "registry"):
         if stop_one(cfg, name):
             stopped.append(name)
     if running(cfg.state, "containerd"):

@@ -1,11 +1,17 @@
-# The real node (docs/real-node.md): images built from our Dockerfiles without a registry,
-# and the end-to-end tier (tests/e2e: real containers on `make cluster-up NODE=real`).
-.PHONY: images test-e2e
+# The real node (docs/real-node.md): images built from our Dockerfiles and pushed to the
+# node's registry, and the end-to-end tier (tests/e2e: real containers on `make cluster-up NODE=real`).
+.PHONY: images registry image-tag test-e2e
 
-images: ## build the base, operator and trainer images (cached); imports them when the real node runs
+images: ## build the base, operator and trainer images (cached); pushes them when the real node's registry runs
 	@$(TOP)/hack/images.sh build
-	@sock=$$(dirname $$($(CLUSTER) kubeconfig))/realnode/containerd.sock; \
-	if [ -S "$$sock" ]; then CONTAINERD_SOCK=$$sock $(TOP)/hack/images.sh import; fi
+	@if curl -fsS --noproxy '*' -o /dev/null http://$$($(CLUSTER) registry)/v2/ 2>/dev/null; then \
+	  $(TOP)/hack/images.sh push; else echo "images: built; no registry runs, so nothing pushed" >&2; fi
+
+registry: ## print the real node's registry, host:port on 127.0.0.1 (make -s registry)
+	@$(CLUSTER) registry
+
+image-tag: ## print the tag `make images` pushed the operator and trainer under (make -s image-tag)
+	@sed -n 's/^TAG=//p' $(DTJOB_CACHE)/images/pushed.env
 
 # The set-up (cold: kubelet, CoreDNS, images of several GB) runs here, outside pytest, so it
 # is not charged to the first test's timeout and its progress shows in the log; the e2e

@@ -1,6 +1,7 @@
 """The end-to-end tier: the local cluster plus its REAL node (`make cluster-up NODE=real`),
-the operator and trainer images built from this repository's Dockerfiles, and the chart
-installed with Helm (hack/realnode-helm.sh). Set up once per session; cold, that builds
+the operator and trainer images built from this repository's Dockerfiles and pushed to the
+node's registry, which the node pulls them from, and the chart installed with Helm
+(hack/realnode-helm.sh). Set up once per session; cold, that builds
 everything (see docs/real-node.md), warm it takes seconds. `make test-e2e` runs the same
 set-up (hack/realnode-up.sh) before pytest, so a cold build is not charged to the first
 test's timeout; a bare `pytest -m e2e` on a cold machine needs that script run first.
@@ -47,6 +48,7 @@ def e2e() -> Iterator[E2E]:
     mark = state / "started-by-pytest"
     was_running = cluster_cmd("status").returncode == 0
     env = {**os.environ, "DTJOB_NODE": "real", "DTJOB_CLUSTER_BY_FIXTURE": "1"}
+    env["DTJOB_CUSTOM_IMAGE"] = "1"  # test_custom_image's, as hack/realnode-up.sh e2e builds it
     try:
         _run("cluster-up NODE=real", [sys.executable, str(CLUSTER_PY), "up"], env)
         if not was_running:
@@ -58,7 +60,11 @@ def e2e() -> Iterator[E2E]:
             "PATH": f"{bins}:{os.environ['PATH']}",
             "CONTAINERD_SOCK": str(state / "realnode" / "containerd.sock"),
         }
-        _run("images (hack/images.sh all)", [str(REPO / "hack" / "images.sh"), "all"], env)
+        _run(
+            "images (hack/images.sh all: build, push)",
+            [str(REPO / "hack" / "images.sh"), "all"],
+            env,
+        )
         _run("helm install", [str(REPO / "hack" / "realnode-helm.sh"), "install"], env)
         yield E2E(kubeconfig=kubeconfig, state=state, env=env)
     finally:

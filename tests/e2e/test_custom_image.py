@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from helpers.cluster import REPO
-from helpers.realnode import E2E, place_on_real_node, watch_job
+from helpers.realnode import E2E, place_on_real_node, pushed, watch_job
 
 MANIFEST = REPO / "examples" / "custom-image" / "job.yaml"
 
@@ -20,6 +20,9 @@ def _apply(e2e: E2E, ns: str, name: str, args: list[str], claim: str | None = No
     job: dict[str, Any] = yaml.safe_load(MANIFEST.read_text())
     job["metadata"]["name"] = name
     place_on_real_node(job, cpu="500m")
+    # The image as hack/images.sh pushed it to the node's registry (its tag follows content).
+    got = pushed()
+    job["spec"]["trainer"]["image"] = f"{got['REGISTRY']}/dtjob-custom-example:{got['CUSTOM_TAG']}"
     job["spec"]["trainer"]["args"] = args
     if claim:
         job["spec"]["checkpoint"]["claimName"] = claim

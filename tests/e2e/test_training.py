@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from helpers.cluster import REPO
-from helpers.realnode import E2E, TERMINAL
+from helpers.realnode import E2E, TERMINAL, pushed, registry_digest
 
 EXAMPLES = sorted(p.stem for p in (REPO / "examples" / "cpu").glob("*.yaml"))
 # Digits has 10 classes (chance 0.1). The CPU examples train 300 SGD steps on standardised
@@ -121,6 +121,11 @@ def test_example_trains_to_succeeded(e2e: E2E, fleet: Fleet, example: str) -> No
     assert status["phase"] == "Succeeded", status
     pods = e2e.get("pods", "-n", ns, "-l", f"dtjob.io/job-name={name}")["items"]
     assert pods and all(p["spec"]["nodeName"] == "dtjob-real-0" for p in pods)
+    # The node pulled the bundled trainer from its registry: the registry's manifest digest.
+    reg, tag = pushed()["REGISTRY"], pushed()["TAG"]
+    digest = registry_digest(reg, "dtjob-trainer", tag)
+    trainers = [c for p in pods for c in p["status"]["containerStatuses"] if c["name"] == "trainer"]
+    assert trainers and all(c["imageID"] == f"{reg}/dtjob-trainer@{digest}" for c in trainers)
     env = {e["name"]: e.get("value") for e in pods[0]["spec"]["containers"][0]["env"]}
     # Rendezvous went through DNS: MASTER_ADDR is rank 0's pod name in the headless Service.
     assert env["MASTER_ADDR"].endswith(f".{name}.{ns}.svc"), env["MASTER_ADDR"]

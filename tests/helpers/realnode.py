@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import time
+import urllib.request
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,6 +96,26 @@ spec:
 """,
         )
         return name
+
+
+def pushed() -> dict[str, str]:
+    """What hack/images.sh pushed last: REGISTRY (host:port), TAG, CUSTOM_TAG."""
+    cache = Path(os.environ.get("DTJOB_CACHE") or Path.home() / ".cache" / "dtjob")
+    lines = (cache / "images" / "pushed.env").read_text().splitlines()
+    return dict(line.split("=", 1) for line in lines if "=" in line)
+
+
+def registry_digest(registry: str, name: str, tag: str) -> str:
+    """The manifest digest the registry serves for name:tag (what a node that pulled it
+    reports as the image's repo digest)."""
+    accept = ", ".join(f"application/vnd.{t}" for t in (
+        "docker.distribution.manifest.v2+json", "docker.distribution.manifest.list.v2+json",
+        "oci.image.manifest.v1+json", "oci.image.index.v1+json"))  # fmt: skip
+    req = urllib.request.Request(f"http://{registry}/v2/{name}/manifests/{tag}", method="HEAD",
+                                 headers={"Accept": accept})  # fmt: skip
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # local, no proxy
+    with opener.open(req, timeout=10) as resp:
+        return str(resp.headers["Docker-Content-Digest"])
 
 
 def watch_job(e2e: E2E, ns: str, name: str, timeout: float, on_poll: Any = None) -> dict[str, Any]:

@@ -70,10 +70,12 @@ def test_several_replicas_must_elect_a_leader() -> None:
 
 def test_the_e2e_install_renders_with_its_values() -> None:
     """hack/realnode-helm.sh's own --set flags (the e2e tier's `helm install`) pass the
-    schema and place the operator on the real node."""
+    schema, take the images from the node's registry and place the operator on the node."""
     script = (REPO / "hack" / "realnode-helm.sh").read_text()
-    flags = re.findall(r"(--set(?:-string)?) ('[^']*')", script)
-    assert len(flags) == 3, "hack/realnode-helm.sh changed: update this test"
+    # What hack/images.sh records in pushed.env, e.g.:
+    script = script.replace("$REGISTRY", "127.0.0.1:16454").replace("$TAG", "0.1.0-0123456789ab")
+    flags = re.findall(r"(--set(?:-string)?) ('[^']*'|[\w.]+=\S+)", script)
+    assert len(flags) == 7, "hack/realnode-helm.sh changed: update this test"
     args = ["template", "dtjob", str(CHART), "--namespace", "dtjob-system"]
     args += ["--kube-version", KUBE_VERSION]
     for flag, value in flags:
@@ -86,7 +88,10 @@ def test_the_e2e_install_renders_with_its_values() -> None:
         {"key": "dtjob.io/node", "operator": "Equal", "value": "real", "effect": "NoSchedule"}
     ]
     assert dep["spec"]["replicas"] == 1
-    assert pod["containers"][0]["image"] == "dtjob/operator:0.1.0"  # what hack/images.sh tags
+    [container] = pod["containers"]
+    assert container["image"] == "127.0.0.1:16454/dtjob-operator:0.1.0-0123456789ab"
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["DTJOB_TRAINER_IMAGE"] == "127.0.0.1:16454/dtjob-trainer:0.1.0-0123456789ab"
     assert not [d for d in docs if d["kind"] == "PodDisruptionBudget"]
 
 
