@@ -22,8 +22,9 @@
 #
 # The pause image (the node's sandbox image) alone is imported into containerd (`node`).
 #
-# Usage: hack/images.sh [build|push|all|node|stop]   (default all = build + push; push needs
-#        the registry up: `make cluster-up NODE=real`; node needs CONTAINERD_SOCK)
+# Usage: hack/images.sh [build|push|all|node|registry|stop]   (default all = build + push;
+#        push needs the registry up: `make cluster-up NODE=real`; node needs CONTAINERD_SOCK;
+#        registry prints its host:port, or fails when it does not answer)
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cache=${DTJOB_CACHE:-$HOME/.cache/dtjob}
@@ -132,6 +133,7 @@ import() {  # image: the pause image, into the real node's containerd
 
 registry() {  # host:port of the real node's registry, or fail when it does not answer
   local reg=${DTJOB_REGISTRY:-$(python3 "$top/hack/cluster.py" registry)}
+  need_packages curl
   curl -fsS --noproxy '*' -o /dev/null "http://$reg/v2/" 2>/dev/null || return 1
   echo "$reg"
 }
@@ -190,6 +192,7 @@ case "$verb" in
     pause_image
     import "$PAUSE_IMAGE"
     ;;
+  registry) registry ;; # prints host:port, or fails when no registry answers
   stop) dockerd_down ;;
-  *) die "usage: hack/images.sh [build|push|all|node|stop]" ;;
+  *) die "usage: hack/images.sh [build|push|all|node|registry|stop]" ;;
 esac

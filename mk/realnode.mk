@@ -4,7 +4,7 @@
 
 images: ## build the base, operator and trainer images (cached); pushes them when the real node's registry runs
 	@$(TOP)/hack/images.sh build
-	@if curl -fsS --noproxy '*' -o /dev/null http://$$($(CLUSTER) registry)/v2/ 2>/dev/null; then \
+	@if $(TOP)/hack/images.sh registry >/dev/null 2>&1; then \
 	  $(TOP)/hack/images.sh push; else echo "images: built; no registry runs, so nothing pushed" >&2; fi
 
 registry: ## print the real node's registry, host:port on 127.0.0.1 (make -s registry)
