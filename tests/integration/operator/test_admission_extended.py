@@ -167,8 +167,11 @@ def test_a_restarted_gang_that_no_longer_fits_waits_in_the_queue_not_in_pending_
         return st if len(live) == 2 == len(pods) and st["phase"] == "Running" else None
 
     before = wait_for(settled, what="both refit pods Running, none terminating")["restarts"]
-    if before:
-        print(f"\nrefit restarted {before} time(s) before the test's failure")
+    if before:  # not this test's subject; its events say why, for whoever looks into it
+        said = core.list_namespaced_event(namespace, field_selector="involvedObject.name=refit")
+        print(f"\nrefit restarted {before} time(s) before the test's failure:")
+        for e in said.items:
+            print(f"  {e.type} {e.reason}: {e.message}")
 
     # One node is cordoned, then the gang fails and restarts: the new gang (2 x 4 GPUs) no
     # longer fits the one node left, so it is queued again instead of leaving a pod Pending.
