@@ -9,6 +9,7 @@ from typing import Any
 
 from unit.trainer.harness import a_spec, launch, stop_after_checkpoint
 from unit.trainer.reference import assert_losses_close, assert_params_close, reference_run
+from unit.trainer.resume_check import resume_equals_reference
 
 from dtjob_trainer.checkpoint import Checkpointer
 from dtjob_trainer.errors import EXIT_PREEMPTED
@@ -57,11 +58,4 @@ def test_sigterm_then_resume_equals_uninterrupted(tmp_path: Path) -> None:
     stopped_at = Checkpointer(stopped.checkpoint_dir).steps()[-1]
     assert 0 < stopped_at < steps
 
-    resumed = launch(spec, tmp_path)
-    assert resumed.rc == 0, resumed.output
-    assert resumed.result is not None
-    assert resumed.result["start_step"] == stopped_at
-    assert resumed.result["steps"] == steps
-    ref = reference_run(spec)
-    assert_losses_close(resumed.result["losses"], ref.losses[stopped_at:], "fp64")
-    assert_params_close(resumed.result["params"], ref.params, "fp64")
+    resume_equals_reference(spec, tmp_path, stopped_at)

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 from unit.trainer.harness import a_spec, launch, stop_after_checkpoint
-from unit.trainer.reference import assert_losses_close, assert_params_close, reference_run
+from unit.trainer.reference import assert_losses_close, assert_params_close
+from unit.trainer.resume_check import resume_equals_reference
 
 from dtjob_trainer.checkpoint import Checkpointer
 from dtjob_trainer.errors import EXIT_PREEMPTED
@@ -80,14 +81,7 @@ def test_sigterm_then_resume_equals_single_process(case: str, tmp_path: Path) ->
     assert saved is not None and 0 < saved.step < STEPS
     stopped_at = saved.step
 
-    resumed = launch(spec, tmp_path)
-    assert resumed.rc == 0, resumed.output
-    assert resumed.result is not None
-    assert resumed.result["start_step"] == stopped_at
-    assert resumed.result["steps"] == STEPS
-    ref = reference_run(spec)
-    assert_losses_close(resumed.result["losses"], ref.losses[stopped_at:], "fp64")
-    assert_params_close(resumed.result["params"], ref.params, "fp64")
+    resume_equals_reference(spec, tmp_path, stopped_at)
 
 
 def test_sync_easgd_resume_equals_an_uninterrupted_run(tmp_path: Path) -> None:
