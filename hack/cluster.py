@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cluster_api
 import cluster_pki
 import realnode
+import realnode_registry
 from cluster_components import HACK, ClusterError, Config, command
 
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
@@ -270,7 +271,7 @@ def main(argv: list[str]) -> int:
             print(cfg.kubeconfig)
             return 0
         if verb == "registry":
-            print(realnode.registry_address(cfg))
+            print(realnode_registry.address(cfg))
             return 0
         if verb == "status":
             return status(cfg)

@@ -29,12 +29,12 @@ import subprocess
 import sys
 import time
 import urllib.error
-import urllib.request
 from pathlib import Path
 from subprocess import Popen
 
 import cluster_api
 import cluster_pki
+import realnode_registry
 from cluster_components import HACK, ClusterError, Config
 
 NODE = "dtjob-real-0"
@@ -65,12 +65,7 @@ class Net:
         self.kubelet_port = cfg.port_base + 10
         self.ports = {"kubelet-healthz": cfg.port_base + 11, "proxy-metrics": cfg.port_base + 12,
                       "proxy-healthz": cfg.port_base + 13}  # fmt: skip
-        self.registry = registry_address(cfg)
-
-
-def registry_address(cfg: Config) -> str:
-    """host:port of the node's registry; `hack/cluster.py registry` prints it."""
-    return f"127.0.0.1:{cfg.port_base + 14}"
+        self.registry = realnode_registry.address(cfg)
 
 
 def rdir(cfg: Config) -> Path:
@@ -157,7 +152,7 @@ def write_configs(cfg: Config, net: Net, cache: Path) -> None:
     for name in ("node", "kube-proxy"):
         cluster_pki.write_kubeconfig(rd / f"{name}.kubeconfig", pki, name, cfg.server)
     (cache / "containerd").mkdir(parents=True, exist_ok=True)
-    write_registry_configs(cfg, net, cache)
+    realnode_registry.write_configs(rdir(cfg), net.registry, cache)
     cri = 'plugins."io.containerd.grpc.v1.cri"'
     (rd / "containerd.toml").write_text(f"""version = 2
 # Images persist in the cache (pulled once); runtime state lives in the cluster state dir.
@@ -243,29 +238,6 @@ state = "{rd / "containerd-state"}"
         rcode NXDOMAIN
     }}
 }}
-""")
-
-
-def write_registry_configs(cfg: Config, net: Net, cache: Path) -> None:
-    rd = rdir(cfg)
-    (cache / "registry").mkdir(parents=True, exist_ok=True)
-    # Storage in the cache: pushed layers (the trainer's are GBs) outlive the cluster.
-    (rd / "registry.yml").write_text(f"""version: 0.1
-log:
-  level: warn
-  accesslog:
-    disabled: true
-storage:
-  filesystem:
-    rootdirectory: {cache / "registry"}
-http:
-  addr: {net.registry}
-""")
-    # containerd 1.6 reads hosts.toml per registry host under the CRI's config_path; http
-    # because the registry serves only 127.0.0.1, where no certificate is needed.
-    (rd / "certs.d" / net.registry / "hosts.toml").write_text(f"""server = "http://{net.registry}"
-[host."http://{net.registry}"]
-  capabilities = ["pull", "resolve"]
 """)
 
 
@@ -379,7 +351,7 @@ def up(cfg: Config, api: cluster_api.Api) -> None:
         procs["containerd"] = start(cfg, net, "containerd", bins)
         sock = rdir(cfg) / "containerd.sock"
         wait(cfg, "containerd socket", sock.exists, procs)
-        wait(cfg, f"registry {net.registry}", lambda: registry_ready(net), procs)
+        wait(cfg, f"registry {net.registry}", lambda: realnode_registry.ready(net.registry), procs)
         ensure_images(cfg, sock)
         publish_apiserver(cfg, net, api)
         for name in ("apiserver-forwarder", "coredns", "kube-proxy", "kubelet"):
@@ -390,15 +362,6 @@ def up(cfg: Config, api: cluster_api.Api) -> None:
         raise
     print(f"cluster-up: real node {NODE} Ready in {time.monotonic() - t0:.1f} s (pods "
           f"{net.subnet} on {net.bridge}, registry {net.registry})", file=sys.stderr)  # fmt: skip
-
-
-def registry_ready(net: Net) -> bool:
-    no_proxy = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # it is local
-    try:
-        with no_proxy.open(f"http://{net.registry}/v2/", timeout=2) as r:
-            return bool(r.status == 200)
-    except OSError:
-        return False
 
 
 def ensure_images(cfg: Config, sock: Path) -> None:
