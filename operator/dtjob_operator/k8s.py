@@ -442,6 +442,9 @@ class KubeApi:
     def emit_event(self, job: Obj, event_type: str, reason: str, message: str) -> None:
         """Record a core/v1 Event on the job; failures are logged, never raised."""
         meta = job["metadata"]
+        # The log tells the same story as the events (recorded once per transition, so few):
+        # an operator's log must say why it created or deleted what it did.
+        log.info("%s/%s: %s %s: %s", meta["namespace"], meta["name"], event_type, reason, message)
         now = datetime.now(UTC)
         body = {
             "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},

@@ -335,6 +335,8 @@ class Reconciler:
                 retry_after = self.children.backoff(uid)
         else:
             self.children.created(uid)
+        if plan.delete_pods:
+            log.info("deleting pods of %s/%s: %s", namespace, name, ", ".join(plan.delete_pods))
         list(self._pool.map(lambda pod: self.api.delete_pod(namespace, pod), plan.delete_pods))
         for pod in plan.force_delete_pods:
             log.info("force-deleting pod %s/%s: terminating on a lost node", namespace, pod)

@@ -108,7 +108,17 @@ def wait_pods_running(
         running = [p for p in pods if p.status.phase == "Running"]
         return pods if len(pods) == count and len(running) == count else None
 
-    return wait_for(check, timeout, what=f"{count} running pods of job {ns}/{name}")
+    try:
+        return wait_for(check, timeout, what=f"{count} running pods of job {ns}/{name}")
+    except TimeoutError as e:
+        # Say where it stopped: no pods (the operator held the gang: its status says why),
+        # or pods that were not scheduled or not started.
+        seen = [
+            (p.metadata.name, p.status.phase, p.spec.node_name) for p in job_pods(core, ns, name)
+        ]
+        raise TimeoutError(
+            f"{e}; pods {seen}; job status {status(core.api_client, ns, name)}"
+        ) from e
 
 
 def exit_pod(core: client.CoreV1Api, ns: str, pod: str, code: int) -> None:

@@ -121,13 +121,14 @@ def _as_dict(obj: Any) -> dict[str, Any]:
     return client.ApiClient().sanitize_for_serialization(obj)  # type: ignore[no-any-return]
 
 
-def create_namespace(core: client.CoreV1Api, prefix: str = "t") -> str:
+def create_namespace(core: client.CoreV1Api, prefix: str = "t", timeout: float = 60) -> str:
     """A fresh namespace, returned once its default ServiceAccount exists (the
     ServiceAccount admission plugin refuses pods until the controller-manager made it)."""
     name = unique(prefix)
     core.create_namespace({"metadata": {"name": name, "labels": {"dtjob.io/test": "true"}}})
     wait_for(
         lambda: _exists(lambda: core.read_namespaced_service_account("default", name)),
+        timeout,
         what=f"ServiceAccount default in {name}",
     )
     return name

@@ -7,7 +7,8 @@ other files; tests that need a fresh one use `OperatorProcess.restart()`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
+from typing import Any
 
 import pytest
 
@@ -29,6 +30,42 @@ def operator(cluster, crd, tmp_path_factory) -> Iterator[OperatorProcess]:  # ty
     yield proc
     proc.stop()
     print(f"operator log: {log}")
+
+
+OPERATOR_FIXTURES = ("operator", "metered_operator")
+LOG_TAIL_LINES = 80
+FAILED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, Any, Any]:
+    report = yield
+    if report.when == "call" and report.failed:
+        item.stash[FAILED] = True
+    return report
+
+
+@pytest.fixture(autouse=True)
+def operator_log_on_failure(request: pytest.FixtureRequest) -> Iterator[None]:
+    """When a test fails, print what its operator logged during it (the log's path alone is
+    of no use from a CI report: the file is gone with the machine)."""
+    names = [n for n in OPERATOR_FIXTURES if n in request.fixturenames]
+    if not names:
+        yield
+        return
+    proc: OperatorProcess = request.getfixturevalue(names[0])
+    start = proc.log.stat().st_size if proc.log.exists() else 0
+    yield
+    if not request.node.stash.get(FAILED, False) or not proc.log.exists():
+        return
+    with proc.log.open("rb") as f:
+        f.seek(start)
+        lines = f.read().decode(errors="replace").splitlines()
+    print(f"--- the operator's log during this test ({len(lines)} lines, the last "
+          f"{min(len(lines), LOG_TAIL_LINES)}; whole file {proc.log}) ---")  # fmt: skip
+    print("\n".join(lines[-LOG_TAIL_LINES:]))
 
 
 @pytest.fixture

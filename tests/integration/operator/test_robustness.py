@@ -16,7 +16,7 @@ from kubernetes import client
 
 from helpers.cluster import start_component, stop_component
 from helpers.jobs import JobBuilder, create_job, get_job, job_pods, wait_phase
-from helpers.kube import events_for, unique, wait_for
+from helpers.kube import create_namespace, events_for, unique, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator")]
 
@@ -106,16 +106,30 @@ def test_operator_outlives_a_control_plane_outage_and_converges_every_job(
     finally:
         start_component(component)
     back = time.monotonic()
-    after = unique("after")
-    create_job(cluster.api, namespace, one_worker(after))
-    # The operator's part: both gangs created. Running also needs the scheduler, whose own
-    # watches back off after the outage (tens of seconds), so it is timed apart.
-    for name in (before, after):
-        wait_for(lambda n=name: job_pods(cluster.core, namespace, n), 60, what=f"{name} pods")
-    created = time.monotonic() - back
-    for name in (before, after):
-        wait_phase(cluster.api, namespace, name, "Running", timeout=180)
-    running = time.monotonic() - back
-    print(f"{component} outage {OUTAGE_SECONDS:.0f}s; after it was back: every gang created "
-          f"in {created:.1f}s, every job Running in {running:.1f}s")  # fmt: skip
-    assert operator.proc.poll() is None
+    try:
+        after = unique("after")
+        create_job(cluster.api, namespace, one_worker(after))
+        # The operator's part: both gangs created. Running also needs the scheduler, whose
+        # own watches back off after the outage (tens of seconds), so it is timed apart.
+        for name in (before, after):
+            wait_for(lambda n=name: job_pods(cluster.core, namespace, n), 60, what=f"{name} pods")
+        created = time.monotonic() - back
+        for name in (before, after):
+            wait_phase(cluster.api, namespace, name, "Running", timeout=180)
+        running = time.monotonic() - back
+        print(f"{component} outage {OUTAGE_SECONDS:.0f}s; after it was back: every gang "
+              f"created in {created:.1f}s, every job Running in {running:.1f}s")  # fmt: skip
+        assert operator.proc.poll() is None
+    finally:
+        settle_control_plane(cluster.core)
+
+
+def settle_control_plane(core: client.CoreV1Api) -> None:
+    """Wait until the controller-manager works again before the next test: its watches back
+    off after the outage like the scheduler's, and until they are back a new namespace gets
+    no default ServiceAccount (the next test's fixture gave up on that once, after 30 s)."""
+    t0 = time.monotonic()
+    probe = create_namespace(core, "settle", timeout=240)
+    print(f"controller-manager made a new namespace's ServiceAccount {time.monotonic() - t0:.1f}s "
+          "after the test")  # fmt: skip
+    core.delete_namespace(probe)
