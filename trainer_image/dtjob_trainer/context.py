@@ -66,6 +66,12 @@ class RunContext:
         return self.env.world_size
 
     @property
+    def wire(self) -> torch.device:
+        """Where tensors of collectives live: host memory under gloo (a GPU rank of a
+        parameter-server mode copies), the rank's device under NCCL."""
+        return torch.device("cpu") if self.backend == "gloo" else self.device
+
+    @property
     def dtype(self) -> torch.dtype:
         """Parameter dtype: float64 for fp64, float32 otherwise (bf16 autocasts compute)."""
         return torch.float64 if self.cfg.trainer.precision == Precision.FP64 else torch.float32

@@ -113,11 +113,12 @@ def _train(
     from dtjob_trainer import dist as tdist
     from dtjob_trainer.checkpoint import Checkpointer
     from dtjob_trainer.context import RunContext, RunOptions
+    from dtjob_trainer.device import role_gpus, select_device
     from dtjob_trainer.history import make_history
     from dtjob_trainer.progress import make_reporter
 
     backend = tdist.resolve_backend(env.backend if env.backend != "auto" else cfg.strategy.backend)
-    device = tdist.select_device(backend, env.local_rank)
+    device = select_device(backend, key, role_gpus(cfg, env.role), env.local_rank)
     local_progress = None if env.in_cluster else env.checkpoint_dir
     ctx = RunContext(
         env=env,

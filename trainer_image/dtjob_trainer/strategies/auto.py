@@ -76,7 +76,7 @@ def smallest_gpu_memory(ctx: RunContext) -> int | None:
     if ctx.device.type != "cuda":
         return None
     mine = torch.cuda.get_device_properties(ctx.device).total_memory
-    value = torch.tensor([mine], dtype=torch.int64, device=ctx.device)
+    value = torch.tensor([mine], dtype=torch.int64, device=ctx.wire)
     dist.all_reduce(value, op=dist.ReduceOp.MIN)
     return int(value.item())
 
