@@ -53,17 +53,17 @@ def choose_device(
         return DeviceChoice(f"cuda:{local_rank % cuda_devices}")
     if gpus_requested < 1:
         return DeviceChoice("cpu")
-    if not strategy.startswith(PS_PREFIX):
-        return DeviceChoice(
-            "cpu",
-            f"WARNING: {strategy} with backend gloo computes on the CPU although the pod "
-            f"asks for {gpus_requested} GPU(s); set strategy.backend to auto or nccl to use them.",
-        )
     if cuda_devices < 1:
         return DeviceChoice(
             "cpu",
             f"WARNING: the pod asks for {gpus_requested} GPU(s) but no CUDA device is visible: "
             f"{strategy} computes on the CPU. {no_cuda_hint}".rstrip(),
+        )
+    if not strategy.startswith(PS_PREFIX):
+        return DeviceChoice(
+            "cpu",
+            f"WARNING: {strategy} with backend gloo computes on the CPU although the pod "
+            f"asks for {gpus_requested} GPU(s); set strategy.backend to auto or nccl to use them.",
         )
     return DeviceChoice(f"cuda:{local_rank % cuda_devices}")
 
@@ -79,10 +79,11 @@ def select_device(
     strategy: str,
     gpus_requested: int,
     local_rank: int,
+    who: str = "",
     warn: Callable[[str], None] | None = None,
 ) -> torch.device:
     """Apply `choose_device` to this process: set the current CUDA device (NCCL and
-    torch.cuda calls use it) and print the warning, if any, on stderr."""
+    torch.cuda calls use it) and print the warning, if any, on stderr, naming `who`."""
     devices = torch.cuda.device_count() if torch.cuda.is_available() else 0
     choice = choose_device(
         backend=backend,
@@ -93,7 +94,10 @@ def select_device(
         no_cuda_hint=diagnose_no_cuda() if devices == 0 and gpus_requested > 0 else "",
     )
     if choice.warning:
-        (warn or _stderr)(choice.warning)
+        line = (
+            choice.warning.replace("WARNING: ", f"WARNING: {who}: ", 1) if who else choice.warning
+        )
+        (warn or _stderr)(line)
     device = torch.device(choice.device)
     if device.type == "cuda":
         torch.cuda.set_device(device)

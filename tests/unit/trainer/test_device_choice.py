@@ -4,10 +4,11 @@ backend alone. Parameter-server ranks keep gloo for their protocol and still use
 from __future__ import annotations
 
 import pytest
+import torch
 from unit.trainer.harness import a_spec
 
 from dtjob_trainer.config import load_config
-from dtjob_trainer.device import choose_device, role_gpus
+from dtjob_trainer.device import choose_device, role_gpus, select_device
 from dtjob_trainer.launch import local_fallback_warning
 
 PS_MODES = ["Sync", "Async", "Hogwild", "EASGD", "EASGDRoundRobin"]
@@ -77,6 +78,21 @@ def test_nccl_gives_every_rank_a_gpu() -> None:
         )
 
 
+def test_any_rank_that_wanted_a_gpu_and_sees_none_says_why() -> None:
+    choice = choose_device(
+        backend="gloo",
+        strategy="DataParallel",
+        gpus_requested=1,
+        cuda_devices=0,
+        local_rank=0,
+        no_cuda_hint="no NVIDIA driver",
+    )
+    assert choice.device == "cpu" and choice.warning is not None
+    assert (
+        "no CUDA device is visible" in choice.warning and "strategy.backend" not in choice.warning
+    )
+
+
 def test_other_strategies_under_gloo_stay_on_the_cpu_and_say_so() -> None:
     quiet = choose_device(
         backend="gloo", strategy="DataParallel", gpus_requested=0, cuda_devices=2, local_rank=0
@@ -104,3 +120,24 @@ def test_the_launcher_names_counts_and_what_to_do() -> None:
     assert "on the CPU" in dp and "--nproc 2" in dp
     none = local_fallback_warning(True, 4, 0, 4, "no NVIDIA driver")
     assert "no CUDA device is visible" in none and none.endswith("no NVIDIA driver")
+
+
+@pytest.mark.skipif(
+    torch.cuda.is_available(), reason="checks the fallback of a machine without CUDA"
+)
+def test_select_device_names_the_rank_that_falls_back() -> None:
+    said: list[str] = []
+    device = select_device(
+        "gloo", "ParameterServer/Sync", 1, 0, who="rank 3 (worker-1)", warn=said.append
+    )
+    assert device == torch.device("cpu")
+    (line,) = said
+    assert line.startswith("WARNING: rank 3 (worker-1): the pod asks for 1 GPU(s)")
+    assert "driver" in line  # the diagnosis of why torch sees no GPU
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_select_device_puts_a_ps_rank_on_its_gpu() -> None:
+    said: list[str] = []
+    device = select_device("gloo", "ParameterServer/Async", 1, 0, warn=said.append)
+    assert device.type == "cuda" and said == []
