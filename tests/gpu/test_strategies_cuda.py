@@ -40,6 +40,14 @@ def ps(mode: str, workers: int = 2, servers: int | None = 1, **extra: Any) -> di
     )
 
 
+def nccl_ps(mode: str, servers: int | None) -> dict[str, Any]:
+    spec = ps(mode, servers=servers)
+    spec["strategy"]["backend"] = "nccl"
+    if servers:
+        spec["roles"]["ps"].update(gpus=1, procsPerPod=1)
+    return spec
+
+
 # name -> (spec, GPUs it needs)
 CASES: dict[str, tuple[dict[str, Any], int]] = {
     "DataParallel": (gpu_spec("DataParallel", "nccl", workers=1), 1),
@@ -88,6 +96,9 @@ CASES: dict[str, tuple[dict[str, Any], int]] = {
     "PS-EASGD-async": (ps("EASGD"), 1),
     "PS-EASGDRoundRobin": (ps("EASGDRoundRobin"), 1),
     "PS-Hogwild": (ps("Hogwild", workers=1, servers=None, hogwildProcesses=2), 1),
+    # What the operator's `auto` picks for Sync and synchronous EASGD with GPUs everywhere.
+    "PS-Sync-nccl": (nccl_ps("Sync", servers=1), 3),
+    "PS-EASGD-sync-nccl": (nccl_ps("EASGD", servers=None), 2),
 }
 
 
