@@ -42,12 +42,16 @@ def fused_ok(params: Iterable[torch.Tensor]) -> bool:
 
 
 def enable_tf32(device: torch.device) -> bool:
-    """Let fp32 matmuls and convolutions use TF32 tensor cores on CUDA (torch 2.13's
-    fp32_precision settings; fp64 and bf16 are unaffected). Returns whether it did."""
+    """Let fp32 matmuls use TF32 tensor cores on CUDA (cuDNN convolutions already do by
+    default; fp64 and bf16 are unaffected). Returns whether it did.
+
+    Through `set_float32_matmul_precision("high")`, not torch 2.13's per-backend
+    `fp32_precision` setters: after those, the legacy getters that dynamo and inductor
+    still call (`get_float32_matmul_precision`, `matmul.allow_tf32`) raise "mix of the
+    legacy and new APIs", which would break trainer.compile."""
     if device.type != "cuda":
         return False
-    torch.backends.cuda.matmul.fp32_precision = "tf32"
-    torch.backends.cudnn.conv.fp32_precision = "tf32"  # type: ignore[attr-defined]
+    torch.set_float32_matmul_precision("high")
     return True
 
 

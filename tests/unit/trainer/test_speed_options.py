@@ -69,11 +69,24 @@ def test_cpu_paths_are_unchanged() -> None:
     assert not fused_ok(params) and not fused_ok([])
     adam = build_optimizer(params, OptimizerSpec(type="AdamW", lr=0.01))
     assert adam.defaults["fused"] is None and adam.defaults["foreach"] is None
-    before = torch.backends.cuda.matmul.fp32_precision
+    before = torch.get_float32_matmul_precision()
     assert not enable_tf32(torch.device("cpu"))
-    assert torch.backends.cuda.matmul.fp32_precision == before
+    assert torch.get_float32_matmul_precision() == before
     x = torch.arange(4.0)
     assert torch.equal(to_device(x, torch.device("cpu")), x)
+
+
+def test_tf32_leaves_every_precision_getter_readable() -> None:
+    # The flags are global and need no GPU to set; dynamo and inductor read them through
+    # the legacy getters, which raise once the per-backend API has been mixed in.
+    before = torch.get_float32_matmul_precision()
+    try:
+        assert enable_tf32(torch.device("cuda"))
+        assert torch.get_float32_matmul_precision() == "high"
+        assert torch.backends.cuda.matmul.allow_tf32 is True
+        assert torch.backends.cuda.matmul.fp32_precision == "tf32"
+    finally:
+        torch.set_float32_matmul_precision(before)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="fused kernels need CUDA")
