@@ -153,6 +153,30 @@ def requested_gpus(cfg: TrainerConfig) -> int:
     return sum(r.replicas * r.gpus for r in roles if r is not None)
 
 
+def gpu_slices(procs_per_pod: list[int], visible: list[str]) -> list[str]:
+    """CUDA_VISIBLE_DEVICES of each local pod, as a node's device plugin would give them:
+    consecutive GPUs of `visible` in rank order, so that pods do not all take GPU 0 (NCCL
+    refuses two ranks on one GPU). With fewer GPUs than processes (gloo: parameter-server
+    ranks share them) the order wraps around. Empty without GPUs."""
+    if not visible:
+        return []
+    slices, used = [], 0
+    for procs in procs_per_pod:
+        ids = dict.fromkeys(visible[(used + i) % len(visible)] for i in range(procs))
+        slices.append(",".join(ids))
+        used += procs
+    return slices
+
+
+def visible_gpus(environ: Mapping[str, str]) -> list[str]:
+    """The GPUs this machine lets the launch use, as CUDA_VISIBLE_DEVICES entries."""
+    import torch
+
+    count = torch.cuda.device_count()
+    given = [g.strip() for g in environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
+    return given[:count] if given else [str(i) for i in range(count)]
+
+
 def child_base_env(environ: Mapping[str, str]) -> dict[str, str]:
     """The launching shell's environment minus contract variables, plus the paths this
     process imports the trainer and the API package from (a checkout's trainer_image/ and
@@ -194,7 +218,9 @@ def launch(
     backend = resolve_local_backend(cfg)
     base = child_base_env(environ)
     children = []
-    for pod in plan_pods(cfg):
+    pods = plan_pods(cfg)
+    slices = gpu_slices([pod.procs for pod in pods], visible_gpus(environ))
+    for i, pod in enumerate(pods):
         env = pod_env(
             cfg,
             pod,
@@ -205,5 +231,7 @@ def launch(
             backend=backend,
             host_of=lambda role, index: "127.0.0.1",
         )
+        if slices:
+            env["CUDA_VISIBLE_DEVICES"] = slices[i]
         children.append((trainer_command("run", *run_args), {**base, **env}))
     return supervise(children)
