@@ -123,3 +123,19 @@ def test_activation_checkpointing_equals_single_process(name: str, tmp_path: Pat
     ref = reference_run(plain)
     assert_losses_close(out.result["losses"], ref.losses, "fp64")
     assert_params_close(out.result["params"], ref.params, "fp64")
+
+
+def test_compiled_and_checkpointed_cpu_offload_trains_like_one_process(tmp_path: Path) -> None:
+    # FSDP2 with CPUOffloadPolicy over 2 ranks, every block checkpointed and compiled
+    # (inductor on the CPU): within rounding of single-process eager training.
+    spec = a_spec("CPUOffload", steps=6, compile=True, activationCheckpointing=True)
+    out = launch(spec, tmp_path)
+    assert out.rc == 0, out.output
+    assert "model blocks: activation checkpointing + torch.compile" in out.output
+    assert out.result is not None
+    plain = {**spec, "trainer": {**spec["trainer"], "compile": False}}
+    plain["trainer"]["activationCheckpointing"] = False
+    ref = reference_run(plain)
+    torch.testing.assert_close(
+        torch.tensor(out.result["losses"]), torch.tensor(ref.losses), rtol=1e-7, atol=1e-9
+    )
