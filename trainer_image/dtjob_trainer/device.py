@@ -21,6 +21,7 @@ from dtjob_trainer.config import TrainerConfig
 from dtjob_trainer.cuda_diag import diagnose_no_cuda
 
 PS_PREFIX = "ParameterServer/"
+STAGE_GROUPS_SUFFIX = "/StageGroups"
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,8 @@ def choose_device(
         if cuda_devices < 1:
             raise ValueError("nccl needs a CUDA device (resolve_backend checks this first)")
         return DeviceChoice(f"cuda:{local_rank % cuda_devices}")
-    if gpus_requested < 1:
+    if gpus_requested < 1 or strategy.endswith(STAGE_GROUPS_SUFFIX):
+        # Stage groups pick each stage's device themselves (stage_groups.stage_device).
         return DeviceChoice("cpu")
     if cuda_devices < 1:
         return DeviceChoice(

@@ -104,6 +104,17 @@ def test_other_strategies_under_gloo_stay_on_the_cpu_and_say_so() -> None:
     assert loud.device == "cpu" and loud.warning and "strategy.backend" in loud.warning
 
 
+def test_stage_groups_choose_their_own_devices_silently() -> None:
+    choice = choose_device(
+        backend="gloo",
+        strategy="Pipeline/StageGroups",
+        gpus_requested=1,
+        cuda_devices=1,
+        local_rank=0,
+    )
+    assert choice == type(choice)("cpu", None)
+
+
 def test_role_gpus_reads_the_ranks_role() -> None:
     spec = a_spec("ParameterServer", workers=2, ps=1, strategy_extra={"parameterServer": {}})
     spec["roles"]["worker"]["gpus"] = 2
