@@ -8,17 +8,23 @@ TEST_BINARIES = etcd kube-apiserver kube-controller-manager kube-scheduler kwok 
   prometheus promtool
 PYTEST_ARGS ?=
 
-.PHONY: test test-integration _pytest
+.PHONY: test test-integration test-gpu _pytest
 
 test: ## lint and mypy, unit + integration tests, then the e2e tier (DTJOB_E2E=0 skips it)
 	@$(MAKE) --no-print-directory lint
 	@$(MAKE) --no-print-directory typecheck
-	@$(MAKE) --no-print-directory _pytest PYTEST_MARK="not e2e"
+	@$(MAKE) --no-print-directory _pytest PYTEST_MARK="not e2e and not gpu"
 	@if [ "$$DTJOB_E2E" != 0 ]; then $(MAKE) --no-print-directory test-e2e; \
 	else echo "make test: e2e tier left out (DTJOB_E2E=0); make test-e2e runs it alone"; fi
 
 test-integration: ## only the tests against the control plane
 	@$(MAKE) --no-print-directory _pytest PYTEST_MARK="integration"
+
+# The GPU tier (tests/gpu): every strategy on CUDA, one rank per GPU under NCCL, the
+# parameter-server modes sharing one GPU over gloo. Needs no cluster; without CUDA every
+# test is skipped and says why (-rs prints the reasons).
+test-gpu: ## every strategy on CUDA (tests/gpu; skipped, with reasons, without CUDA)
+	$(PY) -m pytest tests/gpu -m gpu -rs $(PYTEST_ARGS)
 
 _pytest:
 	@[ -n "$$DTJOB_KUBECONFIG" ] || $(TOP)/hack/build-binaries.sh $(TEST_BINARIES) >/dev/null

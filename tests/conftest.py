@@ -1,8 +1,9 @@
 """Shared pytest configuration for every test tree.
 
 Markers (registered in pyproject.toml, --strict-markers) follow the directory, so a test
-cannot forget them: tests/integration needs the control plane, tests/e2e a real node too.
-`make test` runs `-m "not e2e"`.
+cannot forget them: tests/integration needs the control plane, tests/e2e a real node too,
+tests/gpu a CUDA device. `make test` runs `-m "not e2e and not gpu"`, `make test-gpu` the
+GPU tier.
 """
 
 from __future__ import annotations
@@ -11,7 +12,11 @@ from pathlib import Path
 
 import pytest
 
-_BY_DIR = {"integration": pytest.mark.integration, "e2e": pytest.mark.e2e}
+_BY_DIR = {
+    "integration": pytest.mark.integration,
+    "e2e": pytest.mark.e2e,
+    "gpu": pytest.mark.gpu,
+}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -85,6 +85,8 @@ class Facts:
     """Model blocks the stage groups hold in all (0 unless every group sets blocks)."""
     has_cpu_group: bool = False
     backend: str = "auto"
+    compile: bool = False
+    activationCheckpointing: bool = False
 
     @property
     def stageTensorParallel(self) -> int:
@@ -160,6 +162,8 @@ class Facts:
             else 0,
             has_cpu_group=any(g.gpus == 0 for g in groups),
             backend=str(strategy.backend),
+            compile=trainer.compile,
+            activationCheckpointing=trainer.activationCheckpointing,
         )
 
 

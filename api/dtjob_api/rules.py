@@ -122,6 +122,28 @@ def _any_tp(f: Facts) -> bool:
     return _tp(f) or _stage_tp(f)
 
 
+# Strategies that apply trainer.compile / trainer.activationCheckpointing to the blocks of
+# the model they build. Hogwild hands its model to spawned processes (neither a compiled
+# nor a checkpointed block pickles); the stage strategies and TensorParallel re-wrap the
+# blocks they split and are not covered yet.
+_BLOCK_OPTIONS = (
+    StrategyType.DATA_PARALLEL,
+    StrategyType.FSDP,
+    StrategyType.CPU_OFFLOAD,
+    StrategyType.AUTO,
+    StrategyType.PARAMETER_SERVER,
+)
+_BLOCK_OPTIONS_OK = f"{_is(*_BLOCK_OPTIONS)} && !({_HOGWILD})"
+_BLOCK_OPTIONS_MESSAGE = (
+    "only with strategy DataParallel, FSDP, CPUOffload, Auto or ParameterServer in a mode "
+    "other than Hogwild; this job runs {strategy}"
+)
+
+
+def _block_options_ok(f: Facts) -> bool:
+    return f.strategy in _BLOCK_OPTIONS and not _hogwild(f)
+
+
 def _interleaved_rounds_ok(f: Facts) -> bool:
     # torch's ScheduleInterleaved1F1B runs max(1, microbatches // ranks) rounds and needs
     # the micro-batches to split evenly over them.
@@ -484,6 +506,23 @@ RULES: tuple[Rule, ...] = (
         lambda f: f.has_stage_groups and f.has_cpu_group,
         'self.strategy.backend != "nccl"', lambda f: f.backend != "nccl",
         "nccl cannot reach the ranks of CPU stage groups: use gloo or auto",
+    ),
+    Rule(
+        "trainer.compile",
+        f"{BUNDLED_TRAINER} && has(self.trainer.compile) && self.trainer.compile",
+        lambda f: f.bundled_trainer and f.compile,
+        _BLOCK_OPTIONS_OK, _block_options_ok,
+        _BLOCK_OPTIONS_MESSAGE,
+        "FieldValueForbidden",
+    ),
+    Rule(
+        "trainer.activationCheckpointing",
+        f"{BUNDLED_TRAINER} && has(self.trainer.activationCheckpointing) && "
+        "self.trainer.activationCheckpointing",
+        lambda f: f.bundled_trainer and f.activationCheckpointing,
+        _BLOCK_OPTIONS_OK, _block_options_ok,
+        _BLOCK_OPTIONS_MESSAGE,
+        "FieldValueForbidden",
     ),
     Rule(
         "runPolicy.maxBackoffSeconds",

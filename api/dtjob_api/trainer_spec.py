@@ -124,3 +124,7 @@ class TrainerSpec(ApiModel):
     """fp32, fp64 (exact equivalence checks) or bf16 (GPU throughput)."""
     logEverySteps: int = Field(default=10, ge=1, le=1000000)
     """Log and progress-report interval in steps."""
+    compile: bool = False
+    """torch.compile each model block (slower start; losses within rounding)."""
+    activationCheckpointing: bool = False
+    """Recompute each block's activations in backward: less memory, more compute."""

@@ -21,9 +21,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dtjob_api.aliases import resolved_mode
 from dtjob_api.spec import (
     BackendType,
     DistributedTrainingJobSpec,
+    PSMode,
     RoleSpec,
     StrategyType,
 )
@@ -109,13 +111,16 @@ def rank_layout(spec: DistributedTrainingJobSpec) -> RankLayout:
 def resolve_backend(spec: DistributedTrainingJobSpec) -> str:
     """nccl or gloo. `auto` looks at the job's largest GPU count, not the pod's own, so that
     every rank of a gang picks the same backend. Parameter servers talk c10d point-to-point
-    between GPU workers and CPU servers, which only gloo supports, so auto is gloo there;
-    so is a pipeline with CPU stage groups (roles.stage.groups), for its CPU-GPU sends."""
+    between GPU workers and CPU servers, which only gloo supports, so auto is gloo there
+    (their GPU workers still compute on the GPU) unless the mode only runs collectives and
+    every role has GPUs (`collective_parameter_servers`); a pipeline with CPU stage groups
+    (roles.stage.groups) is gloo too, for its CPU-GPU sends."""
     backend = BackendType(spec.strategy.backend)
     if backend != BackendType.AUTO:
         return backend.value
     if spec.strategy.type == StrategyType.PARAMETER_SERVER:
-        return BackendType.GLOO.value
+        nccl = collective_parameter_servers(spec)
+        return (BackendType.NCCL if nccl else BackendType.GLOO).value
     groups = (spec.roles.stage.groups if spec.roles.stage else None) or []
     if any(g.gpus == 0 for g in groups):
         # A heterogeneous pipeline's CPU stages exchange activations with GPU ones, and
@@ -124,6 +129,16 @@ def resolve_backend(spec: DistributedTrainingJobSpec) -> str:
     max_gpus = max((role.gpus for _, role in job_roles(spec)), default=0)
     max_gpus = max([max_gpus, *(g.gpus for g in groups)])
     return (BackendType.NCCL if max_gpus > 0 else BackendType.GLOO).value
+
+
+def collective_parameter_servers(spec: DistributedTrainingJobSpec) -> bool:
+    """True for a ParameterServer job that NCCL can carry: mode Sync (all-reduce, or reduce
+    and broadcast with ps ranks) or synchronous EASGD (no ps role: an all-reduce), with GPUs
+    in every role, so every rank has a GPU of its own. The other modes receive from any
+    source, which NCCL cannot."""
+    mode = resolved_mode(spec.strategy)
+    collective = mode == PSMode.SYNC or (mode == PSMode.EASGD and spec.roles.ps is None)
+    return collective and all(role.gpus > 0 for _, role in job_roles(spec))
 
 
 def data_parallel_degree(spec: DistributedTrainingJobSpec) -> int:

@@ -26,6 +26,7 @@ from dtjob_trainer.env import DistEnv
 from dtjob_trainer.history import TrainingHistory
 from dtjob_trainer.models import build_model
 from dtjob_trainer.progress import ProgressReporter
+from dtjob_trainer.speed import apply_block_options
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,12 @@ class RunContext:
         return self.env.world_size
 
     @property
+    def wire(self) -> torch.device:
+        """Where tensors of collectives live: host memory under gloo (a GPU rank of a
+        parameter-server mode copies), the rank's device under NCCL."""
+        return torch.device("cpu") if self.backend == "gloo" else self.device
+
+    @property
     def dtype(self) -> torch.dtype:
         """Parameter dtype: float64 for fp64, float32 otherwise (bf16 autocasts compute)."""
         return torch.float64 if self.cfg.trainer.precision == Precision.FP64 else torch.float32
@@ -77,8 +84,12 @@ class RunContext:
         return torch.autocast(self.device.type, dtype=torch.bfloat16)
 
     def build_model(self) -> nn.Sequential:
-        """The configured model, seeded, in `dtype`, on the CPU (strategies move it)."""
-        return build_model(self.cfg, self.dtype)
+        """The configured model, seeded, in `dtype`, on the CPU (strategies move it), its
+        blocks checkpointed / compiled as trainer.activationCheckpointing / compile say."""
+        t = self.cfg.trainer
+        return apply_block_options(
+            build_model(self.cfg, self.dtype), t.activationCheckpointing, t.compile
+        )
 
     @cached_property
     def data(self) -> Dataset:

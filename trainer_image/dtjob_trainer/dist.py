@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -25,23 +26,19 @@ COLLECTIVE_TIMEOUT = timedelta(minutes=30)
 
 
 def resolve_backend(requested: str) -> str:
-    """nccl or gloo; auto means nccl when CUDA is visible."""
+    """nccl or gloo; auto means nccl when CUDA is visible. nccl without a visible GPU is a
+    ConfigError that says why torch sees none (driver too old for the image's CUDA, ...)."""
     if requested == "auto":
         return "nccl" if torch.cuda.is_available() else "gloo"
     if requested == "nccl" and not torch.cuda.is_available():
-        raise ConfigError("strategy.backend: nccl needs a GPU but no CUDA device is visible")
+        from dtjob_trainer.cuda_diag import diagnose_no_cuda
+
+        raise ConfigError(
+            f"strategy.backend: nccl needs a GPU but torch sees none: {diagnose_no_cuda()}"
+        )
     if requested not in ("nccl", "gloo"):
         raise ConfigError(f"strategy.backend: unknown backend {requested!r} (nccl or gloo)")
     return requested
-
-
-def select_device(backend: str, local_rank: int) -> torch.device:
-    """cuda:<local rank> with NCCL, the CPU with gloo."""
-    if backend == "nccl":
-        device = torch.device("cuda", local_rank % torch.cuda.device_count())
-        torch.cuda.set_device(device)
-        return device
-    return torch.device("cpu")
 
 
 def wait_for_tcp(host: str, port: int, timeout: float) -> None:
@@ -127,6 +124,29 @@ def is_comm_error(exc: BaseException) -> bool:
         text = str(exc).lower()
         return any(marker in text for marker in _COMM_MARKERS)
     return False
+
+
+def via_wire(
+    tensor: torch.Tensor, wire: torch.device, call: Callable[[torch.Tensor], object]
+) -> None:
+    """Run the collective `call` on `tensor` through device `wire` and copy the result back
+    in place. gloo moves host memory: a GPU rank under gloo (the parameter-server modes)
+    sends through a host copy, explicitly rather than trusting gloo's partial CUDA support
+    (no reduce, no point-to-point)."""
+    if tensor.device == wire:
+        call(tensor)
+        return
+    buf = tensor.to(wire)
+    call(buf)
+    tensor.copy_(buf)
+
+
+def host_copy(obj: Any) -> Any:
+    """`obj` (a state dict, nested lists/dicts) with every tensor copied to host memory:
+    what crosses *_object collectives, so a rank without the sender's GPU can unpickle it."""
+    from torch.utils._pytree import tree_map_only
+
+    return tree_map_only(torch.Tensor, lambda t: t.detach().to("cpu", copy=True), obj)
 
 
 def broadcast_object(obj: Any, src: int = 0, group: dist.ProcessGroup | None = None) -> Any:

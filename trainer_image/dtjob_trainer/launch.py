@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 from collections.abc import Callable, Mapping
 from inspect import getfile
 from pathlib import Path
@@ -22,6 +23,7 @@ from typing import Any
 import dtjob_api
 import dtjob_trainer
 from dtjob_api.facts import STAGE_STRATEGIES
+from dtjob_api.spec import StrategyType
 from dtjob_trainer.config import TrainerConfig, config_to_spec, load_config
 from dtjob_trainer.errors import ConfigError
 from dtjob_trainer.layout import plan_pods, pod_env
@@ -96,10 +98,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def resolve_local_backend(cfg: TrainerConfig, warn: Callable[[str], None] = print) -> str:
+def resolve_local_backend(cfg: TrainerConfig, warn: Callable[[str], None] | None = None) -> str:
     """auto -> nccl only when every process can have its own GPU (NCCL refuses sharing).
-    A job that asks for GPUs and is sent to gloo (so to the CPU) is told so loudly: a
-    silent fallback would look like a very slow GPU job."""
+    A job that asks for GPUs and is sent to gloo is told so loudly on stderr: a silent
+    fallback to the CPU would look like a very slow GPU job."""
     if cfg.strategy.backend != "auto":
         return cfg.strategy.backend
     stage = cfg.roles.stage
@@ -111,21 +113,68 @@ def resolve_local_backend(cfg: TrainerConfig, warn: Callable[[str], None] = prin
     if devices >= world:
         return "nccl"
     if wanted := requested_gpus(cfg):
-        warn(
-            f"WARNING: the job asks for {wanted} GPU(s) but this machine has {devices} visible "
-            f"for {world} processes: training on the CPU with gloo. Use --nproc {devices} "
-            "(one process per GPU) to train on the GPUs."
-            if devices
-            else f"WARNING: the job asks for {wanted} GPU(s) but no CUDA device is visible "
-            "(driver, CUDA_VISIBLE_DEVICES?): training on the CPU with gloo."
-        )
+        from dtjob_trainer.cuda_diag import diagnose_no_cuda
+
+        ps = cfg.strategy.type == StrategyType.PARAMETER_SERVER
+        hint = diagnose_no_cuda() if devices == 0 else ""
+        (warn or _stderr)(local_fallback_warning(ps, wanted, devices, world, hint))
     return "gloo"
+
+
+def local_fallback_warning(ps: bool, wanted: int, devices: int, world: int, hint: str = "") -> str:
+    """The launcher's one line when a job that asks for `wanted` GPUs runs over gloo because
+    the machine has `devices` for `world` processes. Parameter-server ranks still compute on
+    the GPUs (sharing them); the other strategies train on the CPU."""
+    if devices == 0:
+        return (
+            f"WARNING: the job asks for {wanted} GPU(s) but no CUDA device is visible: "
+            f"training on the CPU with gloo. {hint}"
+        ).rstrip()
+    if ps:
+        return (
+            f"WARNING: the job asks for {wanted} GPU(s) and this machine has {devices} for "
+            f"{world} processes: NCCL needs one GPU per process, so the job runs over gloo "
+            f"and its GPU ranks share the {devices} GPU(s)."
+        )
+    return (
+        f"WARNING: the job asks for {wanted} GPU(s) but this machine has {devices} visible for "
+        f"{world} processes: training on the CPU with gloo. Use --nproc {devices} (one "
+        "process per GPU) to train on the GPUs."
+    )
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def requested_gpus(cfg: TrainerConfig) -> int:
     """GPUs the job's roles ask for in all."""
     roles = (cfg.roles.worker, cfg.roles.ps, cfg.roles.stage)
     return sum(r.replicas * r.gpus for r in roles if r is not None)
+
+
+def gpu_slices(procs_per_pod: list[int], visible: list[str]) -> list[str]:
+    """CUDA_VISIBLE_DEVICES of each local pod, as a node's device plugin would give them:
+    consecutive GPUs of `visible` in rank order, so that pods do not all take GPU 0 (NCCL
+    refuses two ranks on one GPU). With fewer GPUs than processes (gloo: parameter-server
+    ranks share them) the order wraps around. Empty without GPUs."""
+    if not visible:
+        return []
+    slices, used = [], 0
+    for procs in procs_per_pod:
+        ids = dict.fromkeys(visible[(used + i) % len(visible)] for i in range(procs))
+        slices.append(",".join(ids))
+        used += procs
+    return slices
+
+
+def visible_gpus(environ: Mapping[str, str]) -> list[str]:
+    """The GPUs this machine lets the launch use, as CUDA_VISIBLE_DEVICES entries."""
+    import torch
+
+    count = torch.cuda.device_count()
+    given = [g.strip() for g in environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
+    return given[:count] if given else [str(i) for i in range(count)]
 
 
 def child_base_env(environ: Mapping[str, str]) -> dict[str, str]:
@@ -169,7 +218,9 @@ def launch(
     backend = resolve_local_backend(cfg)
     base = child_base_env(environ)
     children = []
-    for pod in plan_pods(cfg):
+    pods = plan_pods(cfg)
+    slices = gpu_slices([pod.procs for pod in pods], visible_gpus(environ))
+    for i, pod in enumerate(pods):
         env = pod_env(
             cfg,
             pod,
@@ -180,5 +231,7 @@ def launch(
             backend=backend,
             host_of=lambda role, index: "127.0.0.1",
         )
+        if slices:
+            env["CUDA_VISIBLE_DEVICES"] = slices[i]
         children.append((trainer_command("run", *run_args), {**base, **env}))
     return supervise(children)

@@ -99,7 +99,7 @@ def _sync(
     flag = torch.tensor([1.0 if ctx.stop.is_set() else 0.0], dtype=torch.float64)
     # Stacked where the losses live: one device-to-host copy per sync, not one per step.
     values = torch.stack([p.detach().reshape(()) for p in pending]).to(torch.float64)
-    buf = torch.cat([values.to(ctx.device), flag.to(ctx.device)])
+    buf = torch.cat([values.to(ctx.wire), flag.to(ctx.wire)])
     dist.all_reduce(buf, group=group)
     out = buf.cpu().tolist()
     return out[:-1], out[-1] > 0
@@ -107,7 +107,7 @@ def _sync(
 
 def _verify(ctx: RunContext, t: Trainable, step: int) -> None:
     assert t.replica is not None
-    mine = t.replica().to(ctx.device)
+    mine = t.replica().to(ctx.wire)
     gathered = [torch.empty_like(mine) for _ in range(dist.get_world_size(t.verify_group))]
     dist.all_gather(gathered, mine, group=t.verify_group)
     for i, other in enumerate(gathered):

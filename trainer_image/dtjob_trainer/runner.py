@@ -55,6 +55,13 @@ def check_env_matches(env: DistEnv, cfg: TrainerConfig) -> None:
         )
 
 
+def block_options(cfg: TrainerConfig) -> str:
+    """The speed options applied to every model block, in words ("" when none)."""
+    t = cfg.trainer
+    names = [("activation checkpointing", t.activationCheckpointing), ("torch.compile", t.compile)]
+    return " + ".join(name for name, on in names if on)
+
+
 def _exit_now(code: int) -> NoReturn:
     sys.stdout.flush()
     sys.stderr.flush()
@@ -113,11 +120,20 @@ def _train(
     from dtjob_trainer import dist as tdist
     from dtjob_trainer.checkpoint import Checkpointer
     from dtjob_trainer.context import RunContext, RunOptions
+    from dtjob_trainer.device import role_gpus, select_device
     from dtjob_trainer.history import make_history
     from dtjob_trainer.progress import make_reporter
+    from dtjob_trainer.speed import enable_tf32
 
     backend = tdist.resolve_backend(env.backend if env.backend != "auto" else cfg.strategy.backend)
-    device = tdist.select_device(backend, env.local_rank)
+    device = select_device(
+        backend,
+        key,
+        role_gpus(cfg, env.role),
+        env.local_rank,
+        who=f"rank {env.rank} ({env.role}-{env.role_index})",
+    )
+    enable_tf32(device)
     local_progress = None if env.in_cluster else env.checkpoint_dir
     ctx = RunContext(
         env=env,
@@ -142,6 +158,8 @@ def _train(
             cfg.trainer.steps,
             cfg.trainer.batchSize,
         )
+        if options := block_options(cfg):
+            log.info("model blocks: %s", options)
     else:
         # One line from every other rank too: `kubectl logs` of a pod that is not rank 0
         # otherwise shows nothing at all, which reads like a pod that never started.

@@ -205,6 +205,30 @@ BACKENDS = [
         "gloo",
     ),
     ("pipeline gpus", a_job().with_strategy("Pipeline").with_stages(2, gpus=1), "nccl"),
+    # Sync and synchronous EASGD only run collectives: NCCL when every rank has a GPU.
+    (
+        "ps sync, gpus everywhere -> nccl",
+        a_job().with_strategy("ParameterServer").with_workers(2, gpus=1).with_ps(1, gpus=1),
+        "nccl",
+    ),
+    (
+        "ps sync without ps role -> nccl",
+        a_job().with_strategy("ParameterServer").with_workers(2, gpus=1),
+        "nccl",
+    ),
+    (
+        "ps async, gpus everywhere -> gloo",
+        a_job()
+        .with_strategy("ParameterServer", parameterServer={"mode": "Async"})
+        .with_workers(2, gpus=1)
+        .with_ps(1, gpus=1),
+        "gloo",
+    ),
+    (
+        "ps sync, cpu workers -> gloo",
+        a_job().with_strategy("ParameterServer").with_workers(2).with_ps(1),
+        "gloo",
+    ),
 ]
 
 

@@ -58,6 +58,20 @@ GOOD = [
     spec("FSDP", worker={"replicas": 2, "gpus": 8}),
     spec("CPUOffload", worker={"replicas": 1, "cpu": 4, "memory": "8Gi"}),
     spec("Auto", worker={"replicas": 1, "gpus": 1}),
+    with_(
+        with_(spec("DataParallel", worker={"replicas": 2}), "trainer.compile", True),
+        "trainer.activationCheckpointing",
+        True,
+    ),
+    with_(
+        with_(
+            spec("ParameterServer", worker={"replicas": 2}, ps={}),
+            "strategy.parameterServer",
+            {"mode": "EASGD"},
+        ),
+        "trainer.activationCheckpointing",
+        True,
+    ),
 ]
 
 
@@ -305,6 +319,27 @@ BAD = [
         ),
         "spec.runPolicy.maxBackoffSeconds",
         "at least runPolicy.backoffSeconds",
+    ),
+    # trainer.compile / activationCheckpointing: strategies that build whole blocks only.
+    (
+        with_(
+            with_(spec("Pipeline", stage={"replicas": 2}), "trainer.compile", True),
+            "strategy.pipeline",
+            {"microbatches": 2},
+        ),
+        "spec.trainer.compile",
+        "this job runs Pipeline",
+    ),
+    (
+        with_(
+            with_(
+                spec("ParameterServer", worker={}), "strategy.parameterServer", {"mode": "Hogwild"}
+            ),
+            "trainer.activationCheckpointing",
+            True,
+        ),
+        "spec.trainer.activationCheckpointing",
+        "other than Hogwild",
     ),
 ]
 

@@ -10,7 +10,7 @@ import torch
 from unit.trainer.harness import a_spec
 
 from dtjob_trainer.config import load_config
-from dtjob_trainer.launch import requested_gpus, resolve_local_backend
+from dtjob_trainer.launch import gpu_slices, requested_gpus, resolve_local_backend, visible_gpus
 
 
 def spec(gpus: int, backend: str = "auto") -> dict[str, Any]:
@@ -39,3 +39,18 @@ def test_no_warning_for_a_cpu_job_or_an_explicit_backend() -> None:
         assert resolve_local_backend(load_config(spec(0)), said.append) == "gloo"
     assert resolve_local_backend(load_config(spec(1, "gloo")), said.append) == "gloo"
     assert said == []
+
+
+def test_local_pods_get_their_own_gpus_in_rank_order() -> None:
+    assert gpu_slices([1, 1, 1], ["0", "1", "2"]) == ["0", "1", "2"]
+    assert gpu_slices([2, 2], ["0", "1", "2", "3"]) == ["0,1", "2,3"]
+    assert gpu_slices([1, 1], ["4", "7"]) == ["4", "7"]  # the shell's CUDA_VISIBLE_DEVICES
+    # Fewer GPUs than processes (gloo, parameter servers): the order wraps around.
+    assert gpu_slices([1, 1, 1, 1, 1], ["0", "1"]) == ["0", "1", "0", "1", "0"]
+    assert gpu_slices([4], ["0", "1"]) == ["0,1"]
+    assert gpu_slices([1, 1], []) == []
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without CUDA")
+def test_no_gpus_visible_without_cuda() -> None:
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "0,1"}) == []

@@ -11,6 +11,7 @@ from torch import nn
 from dtjob_trainer.context import RunContext
 from dtjob_trainer.data import batch
 from dtjob_trainer.models import loss_fn
+from dtjob_trainer.speed import to_device
 
 
 def shard_forward_backward(
@@ -24,7 +25,7 @@ def shard_forward_backward(
 
     def forward_backward(step: int) -> torch.Tensor:
         x, y = batch(data, step, cfg.batchSize, cfg.seed, dp_rank, dp_size)
-        x, y = x.to(ctx.device, non_blocking=True), y.to(ctx.device, non_blocking=True)
+        x, y = to_device(x, ctx.device), to_device(y, ctx.device)
         with ctx.autocast():
             loss = loss_fn(model(x), y)
         torch.autograd.backward(loss)

@@ -32,7 +32,7 @@ import torch.distributed as dist
 from torch import nn
 
 from dtjob_trainer.context import RunContext, RunResult
-from dtjob_trainer.dist import broadcast_object
+from dtjob_trainer.dist import broadcast_object, host_copy, via_wire
 from dtjob_trainer.evaluate import final_accuracy
 from dtjob_trainer.loop import Trainable, run_loop
 from dtjob_trainer.optim import build_optimizer
@@ -62,18 +62,23 @@ class ReplicatedCentre:
     """The synchronous form's centre: a copy on every worker, moved by one all-reduce."""
 
     def __init__(
-        self, initial: torch.Tensor, alpha: float, group: dist.ProcessGroup | None = None
+        self,
+        initial: torch.Tensor,
+        alpha: float,
+        group: dist.ProcessGroup | None = None,
+        wire: torch.device | None = None,
     ) -> None:
         self.values = initial.detach().clone()
         self.alpha = alpha
         self.group = group
+        self.wire = wire or self.values.device
 
     def exchange(self, w: torch.Tensor, step: int) -> torch.Tensor:
         """Collective over the workers: W_bar += alpha * sum_i (W_i - W_bar); returns the
         centre from before the move."""
         before = self.values.clone()
         total = w - before
-        dist.all_reduce(total, group=self.group)
+        via_wire(total, self.wire, lambda t: dist.all_reduce(t, group=self.group))
         self.values.add_(total, alpha=self.alpha)
         return before
 
@@ -132,7 +137,7 @@ def _run_sync(ctx: RunContext) -> RunResult:
     model = ctx.build_model().to(ctx.device)
     params = list(model.parameters())
     optimizer = build_optimizer(params, ctx.cfg.trainer.optimizer)
-    centre = ReplicatedCentre(flat_params(model).to(ctx.device), elastic_alpha(ctx))
+    centre = ReplicatedCentre(flat_params(model).to(ctx.device), elastic_alpha(ctx), wire=ctx.wire)
     # The loss share is loss / n: the loop's sum is the workers' mean loss.
     gradient_step = local_sgd_step(ctx, model, optimizer, ctx.rank, n)
     evaluation_model = ctx.build_model().to(ctx.device)
@@ -147,7 +152,7 @@ def _run_sync(ctx: RunContext) -> RunResult:
     def state_dict() -> dict[str, Any] | None:
         mine = {
             "model": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
-            "optimizer": optimizer.state_dict(),
+            "optimizer": host_copy(optimizer.state_dict()),
         }
         workers: list[Any] | None = [None] * n if ctx.rank == 0 else None
         dist.gather_object(mine, workers, dst=0)

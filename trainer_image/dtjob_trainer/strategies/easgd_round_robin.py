@@ -33,7 +33,7 @@ import torch
 import torch.distributed as dist
 
 from dtjob_trainer.context import RunContext, RunResult
-from dtjob_trainer.dist import broadcast_object
+from dtjob_trainer.dist import broadcast_object, host_copy
 from dtjob_trainer.evaluate import final_accuracy
 from dtjob_trainer.loop import Trainable, run_loop
 from dtjob_trainer.optim import build_optimizer
@@ -129,7 +129,7 @@ def run(ctx: RunContext) -> RunResult:
             assert optimizer is not None
             mine = {
                 "model": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
-                "optimizer": optimizer.state_dict(),
+                "optimizer": host_copy(optimizer.state_dict()),
             }
         everyone: list[Any] | None = [None] * ctx.world_size if ctx.rank == 0 else None
         dist.gather_object(mine, everyone, dst=0)

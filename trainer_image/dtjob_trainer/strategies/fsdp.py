@@ -31,6 +31,7 @@ from dtjob_trainer.meta_init import materialize_sharded
 from dtjob_trainer.models import build_model
 from dtjob_trainer.optim import build_optimizer
 from dtjob_trainer.sharded import ShardedState
+from dtjob_trainer.speed import apply_block_options
 from dtjob_trainer.state import gather_full_state, load_full_state
 from dtjob_trainer.strategies.common import shard_forward_backward
 
@@ -57,7 +58,11 @@ def shard_model(ctx: RunContext, offload: OffloadPolicy) -> nn.Sequential:
     initialises its own shards."""
     mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
     policy = mixed_precision(ctx.cfg.trainer.precision)
+    t = ctx.cfg.trainer
     model = build_model(ctx.cfg, ctx.dtype, meta=True)
+    # Checkpointing and compilation wrap each block before fully_shard does (torchtitan's
+    # order), so the all-gathers stay outside the compiled and recomputed regions.
+    apply_block_options(model, t.activationCheckpointing, t.compile)
     for block in model:
         fully_shard(block, mesh=mesh, offload_policy=offload, mp_policy=policy)
     fully_shard(model, mesh=mesh, offload_policy=offload, mp_policy=policy)

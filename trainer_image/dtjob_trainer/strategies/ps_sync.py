@@ -11,6 +11,7 @@ batch. Workers hold full replicas; servers hold full copies kept current by the 
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import torch
@@ -18,7 +19,7 @@ import torch.distributed as dist
 from torch import nn
 
 from dtjob_trainer.context import RunContext, RunResult
-from dtjob_trainer.dist import broadcast_object, flat_parameters
+from dtjob_trainer.dist import broadcast_object, flat_parameters, host_copy, via_wire
 from dtjob_trainer.errors import ConfigError
 from dtjob_trainer.evaluate import final_accuracy
 from dtjob_trainer.loop import Trainable, run_loop
@@ -78,7 +79,7 @@ def run(ctx: RunContext) -> RunResult:
         model.zero_grad(set_to_none=True)
         loss = forward_backward(s)
         buffer = _flat(grads(params))
-        dist.all_reduce(buffer)
+        via_wire(buffer, ctx.wire, dist.all_reduce)
         _unflat(buffer.div_(n_workers), [p.grad for p in params if p.grad is not None])
         assert optimizer is not None
         optimizer.step()
@@ -96,7 +97,7 @@ def run(ctx: RunContext) -> RunResult:
                     sum(p.numel() for p in bucket), dtype=params[0].dtype, device=ctx.device
                 )
             )
-            dist.reduce(buffer, dst=owner)
+            via_wire(buffer, ctx.wire, partial(dist.reduce, dst=owner))
             if ctx.rank == owner:
                 for p in bucket:
                     p.grad = torch.zeros_like(p)
@@ -106,14 +107,14 @@ def run(ctx: RunContext) -> RunResult:
         with torch.no_grad():
             for b, bucket in enumerate(buckets):
                 values = _flat([p.detach() for p in bucket])
-                dist.broadcast(values, src=n_workers + b)
+                via_wire(values, ctx.wire, partial(dist.broadcast, src=n_workers + b))
                 _unflat(values, [p.data for p in bucket])
         return loss
 
     def state_dict() -> dict[str, Any] | None:
         if not n_ps:
             return _rank0_state(ctx, model, optimizer)
-        shard = optimizer.state_dict() if optimizer is not None else None
+        shard = host_copy(optimizer.state_dict()) if optimizer is not None else None
         shards: list[Any] | None = [None] * ctx.world_size if ctx.rank == 0 else None
         dist.gather_object(shard, shards, dst=0)
         if ctx.rank != 0 or shards is None:

@@ -98,8 +98,11 @@ def stage_device(cfg: TrainerConfig, stage: int) -> torch.device:
     if stage_role.groups[index].gpus == 0:
         return torch.device("cpu")
     if not torch.cuda.is_available():
+        from dtjob_trainer.cuda_diag import diagnose_no_cuda
+
         raise ConfigError(
-            f"{FIELD}[{index}].gpus: the group asks for a GPU but no CUDA device is visible"
+            f"{FIELD}[{index}].gpus: the group asks for a GPU but torch sees none: "
+            f"{diagnose_no_cuda()}"
         )
     return torch.device("cuda", torch.cuda.current_device())
 

@@ -1,0 +1,63 @@
+"""Speed options of the bundled trainer: the spec's block options (trainer.compile,
+trainer.activationCheckpointing), fused Adam/AdamW on CUDA, TF32 matmuls on CUDA and
+pinned, non-blocking input copies. On the CPU nothing changes, so CPU runs stay
+bit-for-bit equal to single-process training.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+from torch import nn
+
+
+def apply_block_options(
+    model: nn.Sequential,
+    activation_checkpointing: bool,
+    compile_blocks: bool,
+    backend: str = "inductor",
+) -> nn.Sequential:
+    """Checkpoint and/or compile every block of `model` in place, before any wrapper
+    (DDP, fully_shard) sees it. Both keep the parameter names (checkpoints, sharding and
+    the CPU equivalence tests rely on them): activation checkpointing is the composable,
+    non-reentrant one that FSDP2 supports, and compilation is `Module.compile`."""
+    if not (activation_checkpointing or compile_blocks):
+        return model
+    from torch.distributed._composable.checkpoint_activation import checkpoint
+
+    for block in model:
+        if activation_checkpointing:
+            checkpoint(block)
+        if compile_blocks:
+            block.compile(backend=backend)
+    return model
+
+
+def fused_ok(params: Iterable[torch.Tensor]) -> bool:
+    """True when a fused optimizer kernel can step `params`: all floating point, all on
+    CUDA. Never on the CPU, whose unfused step is the reference of the equivalence tests."""
+    params = list(params)
+    return bool(params) and all(p.is_cuda and p.is_floating_point() for p in params)
+
+
+def enable_tf32(device: torch.device) -> bool:
+    """Let fp32 matmuls use TF32 tensor cores on CUDA (cuDNN convolutions already do by
+    default; fp64 and bf16 are unaffected). Returns whether it did.
+
+    Through `set_float32_matmul_precision("high")`, not torch 2.13's per-backend
+    `fp32_precision` setters: after those, the legacy getters that dynamo and inductor
+    still call (`get_float32_matmul_precision`, `matmul.allow_tf32`) raise "mix of the
+    legacy and new APIs", which would break trainer.compile."""
+    if device.type != "cuda":
+        return False
+    torch.set_float32_matmul_precision("high")
+    return True
+
+
+def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """`t` on `device`; to a GPU through pinned host memory with a non-blocking copy, so
+    the copy overlaps with the compute still queued."""
+    if device.type != "cuda":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
