@@ -26,6 +26,7 @@ from dtjob_api.spec import (
     RoleSpec,
     StrategyType,
     TensorParallelSpec,
+    TrainerSpec,
 )
 
 # Strategies whose processes are workers, and those whose processes are pipeline stages.
@@ -85,6 +86,8 @@ class Facts:
     """Model blocks the stage groups hold in all (0 unless every group sets blocks)."""
     has_cpu_group: bool = False
     backend: str = "auto"
+    trainerFieldsSet: frozenset[str] = frozenset()
+    """Optional trainer fields present, e.g. "model.factory" (trainer_rules.py)."""
 
     @property
     def stageTensorParallel(self) -> int:
@@ -160,11 +163,22 @@ class Facts:
             else 0,
             has_cpu_group=any(g.gpus == 0 for g in groups),
             backend=str(strategy.backend),
+            trainerFieldsSet=_fields_set(trainer),
         )
 
 
 def _processes(role: RoleSpec | None) -> int:
     return role.processes() * role.replicas if role else 0
+
+
+def _fields_set(trainer: TrainerSpec) -> frozenset[str]:
+    """The optional model and dataset fields that a spec sets, as "model.factory"."""
+    return frozenset(
+        f"{part}.{name}"
+        for part, spec in (("model", trainer.model), ("dataset", trainer.dataset))
+        for name in ("factory", "kwargs", "path", "testPath")
+        if getattr(spec, name, None) is not None
+    )
 
 
 def _blocks(model: ModelSpec) -> int:
