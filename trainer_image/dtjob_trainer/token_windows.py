@@ -48,9 +48,7 @@ class TokenWindows:
         return 2
 
     def __getitem__(self, index: int | slice | torch.Tensor | np.ndarray) -> torch.Tensor:
-        if isinstance(index, torch.Tensor):
-            index = index.cpu().numpy()
-        rows = np.arange(self.count)[index]
+        rows = _rows(index, self.count)
         starts = (self.first + np.atleast_1d(rows)) * self.seq_len + self.shift
         # Fancy indexing on a memmap reads just these windows' pages.
         window = self.tokens[starts[:, None] + np.arange(self.seq_len)[None, :]]
@@ -60,6 +58,19 @@ class TokenWindows:
     def to(self, device: torch.device | str) -> torch.Tensor:
         """Every window of this split as one tensor on `device` (reads them all)."""
         return self[:].to(device)
+
+
+def _rows(index: int | slice | torch.Tensor | np.ndarray, count: int) -> np.ndarray:
+    """The sample numbers `index` selects, as numpy would of an array of `count` rows
+    (without making that array: a big file has millions of windows)."""
+    if isinstance(index, slice):
+        return np.arange(*index.indices(count))
+    rows = np.asarray(index.cpu().numpy() if isinstance(index, torch.Tensor) else index)
+    if rows.dtype == np.bool_ or not np.issubdtype(rows.dtype, np.integer):
+        raise IndexError(f"token windows take integer indices, not {rows.dtype}")
+    if rows.size and (rows.min() < -count or rows.max() >= count):
+        raise IndexError(f"index out of range for {count} token windows")
+    return np.where(rows < 0, rows + count, rows)
 
 
 def open_tokens(field: str, path: str, dtype: TokenDtype | None) -> np.ndarray:

@@ -22,9 +22,8 @@ class Residual(nn.Module):
 def residual_mlp(vocab: int, width: int = 16, depth: int = 2) -> nn.Sequential:
     """Token ids (batch, positions) -> logits (batch, positions, vocab): an embedding,
     `depth` residual blocks and a head, depth + 2 blocks for pipeline stages."""
-    return nn.Sequential(
-        nn.Embedding(vocab, width), *(Residual(width) for _ in range(depth)), nn.Linear(width, vocab)
-    )
+    blocks = [Residual(width) for _ in range(depth)]
+    return nn.Sequential(nn.Embedding(vocab, width), *blocks, nn.Linear(width, vocab))
 
 
 class Whole(nn.Module):
@@ -81,3 +80,16 @@ def blob_pairs(n: int, features: int, classes: int) -> tuple[Pairs, Pairs]:
     """The blobs as (train, test) map-style data sets."""
     x, y, xt, yt = (torch.from_numpy(a) for a in blobs(n, features, classes))
     return Pairs(x, y), Pairs(xt, yt)
+
+
+def image_classifier(size: int, classes: int) -> nn.Sequential:
+    """RGB images (batch, 3, size, size) -> class logits, two blocks."""
+    flat = 3 * size * size
+    return nn.Sequential(
+        nn.Sequential(nn.Flatten(), nn.Linear(flat, 16), nn.ReLU()), nn.Linear(16, classes)
+    )
+
+
+def no_data() -> None:
+    """A data factory that fails."""
+    raise FileNotFoundError("/data/missing.npz")
