@@ -5,13 +5,16 @@ or a model a pipeline cannot split, ends the run with exit 2 and a message namin
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
-from unit.trainer.harness import a_spec, launch
+from unit.trainer.harness import a_spec, free_port, launch, trainer_env
 from unit.trainer.reference import assert_losses_close, assert_params_close, reference_run
 
 from dtjob_trainer.config import load_config
@@ -122,3 +125,24 @@ def test_a_plain_module_trains_under_data_parallel(tmp_path: Path) -> None:
     ref = reference_run(spec)
     assert_params_close(out.result["params"], ref.params, "fp64")
     assert sorted(out.result["params"]) == ["0.embed.weight", "0.head.bias", "0.head.weight"]
+
+
+def test_a_factory_error_is_the_termination_message(tmp_path: Path) -> None:
+    """In a pod, the message goes where the operator reads it (TORCHELASTIC_ERROR_FILE,
+    the container's termination message path), so the job ends InvalidSpec with it."""
+    spec = custom_spec("DataParallel", write_tokens(tmp_path / "t.bin"), "tiny_models:broken")
+    spec["trainer"]["model"]["kwargs"] = {"width": 5}
+    spec["roles"] = {"worker": {"replicas": 1}}
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(spec))
+    error_file = tmp_path / "termination-log"
+    env = trainer_env(config, tmp_path / "ckpt", 0, 1, free_port())
+    env["TORCHELASTIC_ERROR_FILE"] = str(error_file)
+    proc = subprocess.run(
+        [sys.executable, "-m", "dtjob_trainer", "run"],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == EXIT_CONFIG, proc.stderr
+    assert error_file.read_text() == (
+        "trainer.model.factory: tiny_models:broken raised ValueError: width 5 must be even"
+    )
