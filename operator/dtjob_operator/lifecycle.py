@@ -261,7 +261,7 @@ class _Planner(PlanState):
     def _on_failure(self, gang: GangVerdict, policy: RunPolicy) -> Plan:
         verdict = gang.verdict
         if not verdict.retryable:
-            bundled = self.spec.trainer.command is None
+            bundled = self.spec is not None and self.spec.trainer.command is None
             invalid = is_invalid_config(verdict.failure, bundled)
             return self._fail(
                 REASON_INVALID_SPEC if invalid else REASON_POD_FAILED_PERMANENT, verdict.message
