@@ -14,12 +14,14 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from torch import nn
 from unit.trainer.harness import a_spec, free_port, launch, trainer_env
 from unit.trainer.reference import assert_losses_close, assert_params_close, reference_run
 
 from dtjob_trainer.config import load_config
-from dtjob_trainer.errors import EXIT_CONFIG
+from dtjob_trainer.errors import EXIT_CONFIG, ConfigError
 from dtjob_trainer.models import build_model
+from dtjob_trainer.strategies.stage_groups import split_blocks
 
 CODE = str(Path(__file__).parent / "custom_code")
 VOCAB, SEQ_LEN = 32, 8
@@ -146,3 +148,11 @@ def test_a_factory_error_is_the_termination_message(tmp_path: Path) -> None:
     assert error_file.read_text() == (
         "trainer.model.factory: tiny_models:broken raised ValueError: width 5 must be even"
     )
+
+
+def test_stage_groups_must_split_a_custom_models_blocks() -> None:
+    model = nn.Sequential(*(nn.Linear(2, 2) for _ in range(4)))
+    assert [len(s) for s in split_blocks(model, [3, 1])] == [3, 1]
+    for sizes in ([2, 1], [4, 0], [3, 3]):
+        with pytest.raises(ConfigError, match=r"roles\.stage\.groups: blocks per stage"):
+            split_blocks(model, sizes)
