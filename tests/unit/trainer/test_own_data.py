@@ -178,3 +178,26 @@ def test_hf_disk_without_the_datasets_package_says_so(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
         load_dataset(config({"type": "HFDisk", "path": str(tmp_path)}), F64)
     assert "trainer.dataset.type: HFDisk needs the Python package `datasets`" in str(err.value)
+
+
+def test_hf_disk_reads_the_named_columns(tmp_path: Path) -> None:
+    """Runs where the `datasets` package is installed (not in the bundled image)."""
+    hf = pytest.importorskip("datasets")
+    rows = {"ids": [[i, i + 1, i + 2] for i in range(10)], "next": list(range(10))}
+    hf.Dataset.from_dict(rows).save_to_disk(str(tmp_path / "flat"))
+    split = {"train": rows, "test": {"ids": [[7, 8, 9]], "next": [3]}}
+    hf.DatasetDict({k: hf.Dataset.from_dict(v) for k, v in split.items()}).save_to_disk(
+        str(tmp_path / "dict")
+    )
+    model = {"type": "Custom", "factory": "tiny_models:classifier",
+             "kwargs": {"features": 3, "classes": 10}}  # fmt: skip
+    columns = {"type": "HFDisk", "inputColumn": "ids", "targetColumn": "next"}
+    flat = load_dataset(config({**columns, "path": str(tmp_path / "flat")}, model), F64)
+    # testFraction 0.2: the first 2 rows are held out.
+    assert flat.y_test.tolist() == [0, 1] and flat.y_train.tolist() == list(range(2, 10))
+    assert flat.x_train[0].tolist() == [2, 3, 4] and flat.x_train.dtype == torch.int64
+    both = load_dataset(config({**columns, "path": str(tmp_path / "dict")}, model), F64)
+    assert both.train_size == 10 and both.x_test.tolist() == [[7, 8, 9]]
+    with pytest.raises(ConfigError, match=r"trainer\.dataset\.targetColumn: no column 'label'"):
+        load_dataset(config({"type": "HFDisk", "path": str(tmp_path / "flat"),
+                             "inputColumn": "ids"}, model), F64)  # fmt: skip
