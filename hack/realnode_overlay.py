@@ -42,7 +42,9 @@ def main() -> None:
     p.add_argument("--every", type=int, help="checkpoint every N steps")
     a = p.parse_args()
     with open(a.manifest) as f:
-        job = yaml.safe_load(f)
+        # A manifest may carry other objects along (custom-model: the ConfigMap of its code).
+        docs = [d for d in yaml.safe_load_all(f) if d]
+    job = next(d for d in docs if d.get("kind") == "DistributedTrainingJob")
     place_on_real_node(job, a.cpu)
     if a.name:
         job["metadata"]["name"] = a.name
@@ -52,7 +54,7 @@ def main() -> None:
         job["spec"].setdefault("checkpoint", {})["everySteps"] = a.every
     if a.steps:
         job["spec"]["trainer"]["steps"] = a.steps
-    yaml.safe_dump(job, sys.stdout, sort_keys=False)
+    yaml.safe_dump_all(docs, sys.stdout, sort_keys=False)
 
 
 if __name__ == "__main__":

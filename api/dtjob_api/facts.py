@@ -26,6 +26,7 @@ from dtjob_api.spec import (
     RoleSpec,
     StrategyType,
     TensorParallelSpec,
+    TrainerSpec,
 )
 
 # Strategies whose processes are workers, and those whose processes are pipeline stages.
@@ -87,6 +88,8 @@ class Facts:
     backend: str = "auto"
     compile: bool = False
     activationCheckpointing: bool = False
+    trainerFieldsSet: frozenset[str] = frozenset()
+    """Optional trainer fields present, e.g. "model.factory" (trainer_rules.py)."""
 
     @property
     def stageTensorParallel(self) -> int:
@@ -164,11 +167,22 @@ class Facts:
             backend=str(strategy.backend),
             compile=trainer.compile,
             activationCheckpointing=trainer.activationCheckpointing,
+            trainerFieldsSet=_fields_set(trainer),
         )
 
 
 def _processes(role: RoleSpec | None) -> int:
     return role.processes() * role.replicas if role else 0
+
+
+def _fields_set(trainer: TrainerSpec) -> frozenset[str]:
+    """The optional model and dataset fields that a spec sets, as "model.factory"."""
+    return frozenset(
+        f"{part}.{name}"
+        for part, spec in (("model", trainer.model), ("dataset", trainer.dataset))
+        for name in ("factory", "kwargs", "path", "testPath")
+        if getattr(spec, name, None) is not None
+    )
 
 
 def _blocks(model: ModelSpec) -> int:

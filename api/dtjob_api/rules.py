@@ -45,6 +45,7 @@ from dtjob_api.facts import (
 )
 from dtjob_api.rule import Rule
 from dtjob_api.spec import StrategyType
+from dtjob_api.trainer_rules import TRAINER_RULES
 
 # metadata.name: `<name>-worker-<index>` (index < 4096, so 4 digits) is a pod hostname and
 # must fit a 63-character DNS label; the name itself names a Service, a DNS-1035 label.
@@ -84,6 +85,11 @@ _STAGE_TP = f"{_PIPELINED} && has(self.strategy.tensorParallel)"
 # Any job whose bundled-model layers are split by strategy.tensorParallel.size.
 _ANY_TP = f"(({_TP}) || ({_STAGE_TP}))"
 
+
+# A Custom model's blocks are known only once its factory runs (the trainer counts them).
+_NOT_CUSTOM = 'self.trainer.model.type != "Custom"'
+# The data sets each bundled model reads (MLP and CNN: Digits).
+_DATA_OF_MODEL = {"GPT": ("SyntheticTokens", "TokenFile")}
 
 # ParameterServer mode EASGDRoundRobin: workers take turns at one master's centre.
 _ROUND_ROBIN = f'{_PS} && {MODE} == "EASGDRoundRobin"'
@@ -290,9 +296,10 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "roles.stage",
-        f"{BUNDLED_TRAINER} && {_is(*STAGE_STRATEGIES)} && has(self.roles.stage) && "
-        f"{STAGE_PROCESSES} % {STAGE_WIDTH} == 0",
+        f"{BUNDLED_TRAINER} && {_NOT_CUSTOM} && {_is(*STAGE_STRATEGIES)} && "
+        f"has(self.roles.stage) && {STAGE_PROCESSES} % {STAGE_WIDTH} == 0",
         lambda f: f.bundled_trainer
+        and f.modelType != "Custom"
         and f.strategy in STAGE_STRATEGIES
         and f.has_stage
         and f.stageProcesses % f.stageWidth == 0,
@@ -344,10 +351,16 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "trainer.dataset.type",
-        BUNDLED_TRAINER, lambda f: f.bundled_trainer,
-        '(self.trainer.model.type == "GPT") == (self.trainer.dataset.type == "SyntheticTokens")',
-        lambda f: (f.modelType == "GPT") == (f.datasetType == "SyntheticTokens"),
-        "does not fit the model: GPT trains on SyntheticTokens, MLP and CNN on Digits",
+        f'{BUNDLED_TRAINER} && self.trainer.model.type != "Custom" && '
+        '!(self.trainer.dataset.type in ["HFDisk", "Custom"])',
+        lambda f: f.bundled_trainer
+        and f.modelType != "Custom"
+        and f.datasetType not in ("HFDisk", "Custom"),
+        'self.trainer.dataset.type in (self.trainer.model.type == "GPT" ? '
+        '["SyntheticTokens", "TokenFile"] : ["Digits"])',
+        lambda f: f.datasetType in _DATA_OF_MODEL.get(f.modelType, ("Digits",)),
+        "does not fit the model: GPT trains on SyntheticTokens or TokenFile, MLP and CNN on "
+        "Digits, a Custom model on any data; HFDisk and Custom data fit any model",
         detail="model {modelType}, dataset {datasetType}",
     ),
     Rule(
@@ -472,8 +485,10 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "trainer.model.type",
         f"{BUNDLED_TRAINER} && {_ANY_TP}", lambda f: f.bundled_trainer and _any_tp(f),
-        'self.trainer.model.type != "CNN"', lambda f: f.modelType != "CNN",
-        "CNN has no tensor-parallel plan: use MLP or GPT with strategy.tensorParallel",
+        '!(self.trainer.model.type in ["CNN", "Custom"])',
+        lambda f: f.modelType not in ("CNN", "Custom"),
+        "CNN and Custom models have no tensor-parallel plan: use MLP or GPT with "
+        "strategy.tensorParallel",
     ),
     # Heterogeneous pipelines: roles.stage.groups (the role's own rules are in spec.py).
     Rule(
@@ -494,8 +509,9 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "roles.stage.groups",
-        f"{BUNDLED_TRAINER} && {HAS_STAGE_GROUPS} && {STAGE_GROUPS}.all(g, has(g.blocks))",
-        lambda f: f.bundled_trainer and f.groupBlocks > 0,
+        f"{BUNDLED_TRAINER} && {_NOT_CUSTOM} && {HAS_STAGE_GROUPS} && "
+        f"{STAGE_GROUPS}.all(g, has(g.blocks))",
+        lambda f: f.bundled_trainer and f.modelType != "Custom" and f.groupBlocks > 0,
         f"{GROUP_BLOCKS} == {MODEL_BLOCKS}", lambda f: f.groupBlocks == f.modelBlocks,
         "blocks x replicas over the groups must add up to the model's blocks",
         detail="{groupBlocks} != {modelBlocks}",
@@ -532,4 +548,5 @@ RULES: tuple[Rule, ...] = (
         "must be at least runPolicy.backoffSeconds",
         detail="{maxBackoffSeconds} < {backoffSeconds}",
     ),
+    *TRAINER_RULES,
 )  # fmt: skip

@@ -58,6 +58,7 @@ from dtjob_api.trainer_spec import ModelType as ModelType
 from dtjob_api.trainer_spec import OptimizerSpec as OptimizerSpec
 from dtjob_api.trainer_spec import OptimizerType as OptimizerType
 from dtjob_api.trainer_spec import Precision as Precision
+from dtjob_api.trainer_spec import TokenDtype as TokenDtype
 from dtjob_api.trainer_spec import TrainerSpec as TrainerSpec
 
 # Kubernetes resource quantity (e.g. "500m", "4", "16Gi"), the core API's own grammar

@@ -2,16 +2,59 @@
 the bundled trainer's model, data and optimizer. spec.py re-exports every name. Field
 docstrings become `kubectl explain` text."""
 
+import json
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import AfterValidator, Field, JsonValue, WithJsonSchema
 
 from dtjob_api.base import ApiModel
 
 # Lists carry bounds so that the API server can estimate the cost of the CEL rules
 # (immutability compares whole sub-objects) and a manifest cannot grow without limit.
 Arg = Annotated[str, Field(max_length=4096)]
+# "package.module:callable", imported by the trainer (trainer.codePath first on sys.path).
+FACTORY_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$"
+Factory = Annotated[str, Field(max_length=256, pattern=FACTORY_PATTERN)]
+KWARGS_MAX_PROPERTIES = 64
+KWARGS_MAX_BYTES = 16384
+KWARGS_MAX_DEPTH = 8
+
+
+def _depth(value: object) -> int:
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    return 0
+
+
+def _bounded_kwargs(value: dict[str, JsonValue]) -> dict[str, JsonValue]:
+    # The CRD bounds the keys only; the operator (and the trainer) bound the rest. Deeper
+    # objects than the operator can walk never get here: it fails them before parsing
+    # (policies/too_deep.py).
+    size = len(json.dumps(value))
+    if size > KWARGS_MAX_BYTES:
+        raise ValueError(f"is {size} bytes of JSON, more than {KWARGS_MAX_BYTES}")
+    if _depth(value) > KWARGS_MAX_DEPTH:
+        raise ValueError(f"nests maps and lists more than {KWARGS_MAX_DEPTH} levels deep")
+    return value
+
+
+# Keyword arguments of a factory: the one free-form field of the API (the factory's own
+# parameters cannot have a schema here), bounded in keys, bytes and depth.
+Kwargs = Annotated[
+    dict[str, JsonValue],
+    Field(max_length=KWARGS_MAX_PROPERTIES),
+    AfterValidator(_bounded_kwargs),
+    WithJsonSchema(
+        {
+            "type": "object",
+            "maxProperties": KWARGS_MAX_PROPERTIES,
+            "x-kubernetes-preserve-unknown-fields": True,
+        }
+    ),
+]
 
 
 class ModelType(StrEnum):
@@ -20,6 +63,7 @@ class ModelType(StrEnum):
     MLP = "MLP"
     CNN = "CNN"
     GPT = "GPT"
+    CUSTOM = "Custom"
 
 
 class DatasetType(StrEnum):
@@ -27,6 +71,18 @@ class DatasetType(StrEnum):
 
     DIGITS = "Digits"
     SYNTHETIC_TOKENS = "SyntheticTokens"
+    TOKEN_FILE = "TokenFile"
+    IMAGE_FOLDER = "ImageFolder"
+    HF_DISK = "HFDisk"
+    CUSTOM = "Custom"
+
+
+class TokenDtype(StrEnum):
+    """Element type of a token file."""
+
+    UINT16 = "uint16"
+    UINT32 = "uint32"
+    INT32 = "int32"
 
 
 class OptimizerType(StrEnum):
@@ -49,7 +105,7 @@ class ModelSpec(ApiModel):
     """Model of the bundled trainer."""
 
     type: ModelType = ModelType.MLP
-    """MLP (digits), CNN (digits as 8x8 images) or GPT (decoder on synthetic tokens)."""
+    """MLP (digits), CNN (digits as 8x8 images), GPT (decoder on tokens) or Custom."""
     hiddenSizes: list[Annotated[int, Field(ge=1, le=65536)]] = Field(
         default_factory=lambda: [64, 64, 64], min_length=1, max_length=64
     )
@@ -64,15 +120,35 @@ class ModelSpec(ApiModel):
     """GPT: tokens per sample."""
     vocabSize: int = Field(default=256, ge=2, le=1048576)
     """GPT: vocabulary size of the synthetic tokens."""
+    factory: Factory | None = None
+    """Custom: "module:callable" returning an nn.Sequential of blocks."""
+    kwargs: Kwargs | None = None
+    """Custom: keyword arguments of the factory."""
 
 
 class DatasetSpec(ApiModel):
     """Data of the bundled trainer."""
 
     type: DatasetType = DatasetType.DIGITS
-    """Digits (scikit-learn's bundled 8x8 digits) or SyntheticTokens (generated)."""
+    """Digits, SyntheticTokens, TokenFile, ImageFolder, HFDisk or Custom."""
     testFraction: float = Field(default=0.2, gt=0.0, lt=1.0)
-    """Share of Digits held out for the final accuracy."""
+    """Share held out for the final accuracy (without testPath)."""
+    path: str | None = Field(default=None, max_length=1024)
+    """TokenFile: token file; ImageFolder: root/<class>/*.png|jpg; HFDisk: save_to_disk dir."""
+    testPath: str | None = Field(default=None, max_length=1024)
+    """Held-out data in the same form as path."""
+    dtype: TokenDtype | None = None
+    """TokenFile: element type (default uint16)."""
+    imageSize: int | None = Field(default=None, ge=1, le=4096)
+    """ImageFolder: images resized to imageSize x imageSize RGB (default 32)."""
+    inputColumn: str | None = Field(default=None, max_length=256)
+    """HFDisk: input column (default "input")."""
+    targetColumn: str | None = Field(default=None, max_length=256)
+    """HFDisk: target column (default "label")."""
+    factory: Factory | None = None
+    """Custom: "module:callable" returning (x_train, y_train, x_test, y_test)."""
+    kwargs: Kwargs | None = None
+    """Custom: keyword arguments of the factory."""
     samples: int = Field(default=8192, ge=1)
     """SyntheticTokens: number of generated sequences."""
     evalSamples: int = Field(default=10000, ge=1)
@@ -108,6 +184,8 @@ class TrainerSpec(ApiModel):
     container runs the bundled trainer (python -m dtjob_trainer run), whatever the image."""
     args: list[Arg] | None = Field(default=None, max_length=256)
     """Arguments of the custom command."""
+    codePath: str | None = Field(default=None, max_length=1024)
+    """Directory put first on sys.path for Custom factories (e.g. a mounted ConfigMap)."""
     model: ModelSpec = Field(default_factory=ModelSpec)
     """Model of the bundled trainer."""
     dataset: DatasetSpec = Field(default_factory=DatasetSpec)

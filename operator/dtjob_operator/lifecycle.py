@@ -86,7 +86,7 @@ from dtjob_operator.policies.backoff import restart_delay, restart_not_before
 from dtjob_operator.policies.clean_pod_policy import pods_to_clean
 from dtjob_operator.policies.create_errors import CreateError
 from dtjob_operator.policies.deadline import deadline_exceeded
-from dtjob_operator.policies.failure_policy import gang_failures
+from dtjob_operator.policies.failure_policy import gang_failures, is_invalid_config
 from dtjob_operator.policies.finished import finished_actions, lenient_run_policy, unfinished
 from dtjob_operator.policies.peer_lost import peer_lost_wait
 from dtjob_operator.policies.pod_failure_policy import GangVerdict, judge_gang
@@ -261,7 +261,11 @@ class _Planner(PlanState):
     def _on_failure(self, gang: GangVerdict, policy: RunPolicy) -> Plan:
         verdict = gang.verdict
         if not verdict.retryable:
-            return self._fail(REASON_POD_FAILED_PERMANENT, verdict.message)
+            bundled = self.spec is not None and self.spec.trainer.command is None
+            invalid = is_invalid_config(verdict.failure, bundled)
+            return self._fail(
+                REASON_INVALID_SPEC if invalid else REASON_POD_FAILED_PERMANENT, verdict.message
+            )
         if gang.counted and self.counted_restarts >= policy.backoffLimit:
             return self._fail(
                 REASON_BACKOFF_LIMIT_EXCEEDED,

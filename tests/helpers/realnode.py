@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from helpers.cluster import REPO
+from helpers.examples import manifest_docs
 
 sys_path = str(REPO / "hack")
 if sys_path not in __import__("sys").path:
@@ -50,8 +51,12 @@ class E2E:
         return name
 
     def apply_example(self, example: str, ns: str, **changes: Any) -> dict[str, Any]:
-        """`kubectl apply` of examples/cpu/<example>.yaml, placed on the real node."""
-        job = yaml.safe_load((REPO / "examples" / "cpu" / f"{example}.yaml").read_text())
+        """`kubectl apply` of examples/cpu/<example>.yaml, placed on the real node; the
+        manifest's other objects (custom-model's ConfigMap of code) go first."""
+        docs = manifest_docs(REPO / "examples" / "cpu" / f"{example}.yaml")
+        job = next(d for d in docs if d["kind"] == "DistributedTrainingJob")
+        for other in (d for d in docs if d is not job):
+            self.kubectl("apply", "-n", ns, "-f", "-", stdin=yaml.safe_dump(other))
         place_on_real_node(job, cpu="250m")
         for path, value in changes.items():  # e.g. trainer__steps=600
             *parents, leaf = path.split("__")

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client
 
 from dtjob_api import GROUP, KIND, PLURAL, VERSION
@@ -26,6 +25,7 @@ from dtjob_api.validation import validate_job
 from dtjob_operator.builders.job import Job
 from dtjob_operator.status import StatusDecision, compute_status
 from helpers.crd import install_crd
+from helpers.examples import load_job
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 DP = {"strategy": {"type": "DataParallel"}, "roles": {"worker": {"replicas": 2}}}
@@ -301,7 +301,7 @@ def test_bundled_trainer_rules_spare_a_custom_command(
 def test_example_is_accepted_and_defaulted_like_the_models(
     jobs: client.CustomObjectsApi, namespace: str, path: Path
 ) -> None:
-    doc = yaml.safe_load(path.read_text())
+    doc = load_job(path)  # the job, without the ConfigMap a manifest may carry along
     stored = create(jobs, namespace, doc)
     # The server's defaults (from the CRD) are exactly the models' defaults.
     assert stored["spec"] == DistributedTrainingJobSpec.model_validate(doc["spec"]).to_api()

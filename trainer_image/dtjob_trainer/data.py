@@ -1,5 +1,6 @@
-"""Data: scikit-learn's bundled digits (never downloaded) or generated token sequences,
-and the batch order.
+"""Data: scikit-learn's bundled digits (never downloaded), generated token sequences or
+the user's own (data_sources.py: token files, an image folder, `datasets` on disk, a
+factory), and the batch order.
 
 The order is a pure function of (seed, step): samples are consumed as one stream over
 epochs, epoch e being a permutation seeded by (seed, e), and step s takes stream positions
@@ -12,12 +13,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any, TypeAlias
 
 import numpy as np
 import torch
 
 from dtjob_api.spec import DatasetType
 from dtjob_trainer.config import TrainerConfig
+from dtjob_trainer.errors import ConfigError
+from dtjob_trainer.token_windows import TokenWindows
 
 # Distinct seed streams, so the split, the generated data and the order never correlate.
 _SPLIT_STREAM = 1
@@ -25,14 +29,19 @@ _TOKENS_STREAM = 2
 _ORDER_STREAM = 3
 
 
+# A split's samples: a CPU tensor, or windows of a memmapped token file that read what
+# they are indexed with (token_windows.py). Both index as x[idx], x[start:stop], x[i].
+Samples: TypeAlias = torch.Tensor | TokenWindows
+
+
 @dataclass(frozen=True)
 class Dataset:
-    """Train and held-out tensors on the CPU. Targets are class indices (int64)."""
+    """Train and held-out samples on the CPU. Targets are class indices (int64)."""
 
-    x_train: torch.Tensor
-    y_train: torch.Tensor
-    x_test: torch.Tensor
-    y_test: torch.Tensor
+    x_train: Samples
+    y_train: Samples
+    x_test: Samples
+    y_test: Samples
 
     @property
     def train_size(self) -> int:
@@ -71,9 +80,53 @@ def synthetic_tokens(seed: int, samples: int, seq_len: int, vocab: int) -> np.nd
     return np.asarray((start + stride * positions) % vocab, dtype=np.int64)
 
 
+def _as_samples(field: str, value: Any, dtype: torch.dtype, targets: bool) -> Samples:
+    """A part of a data set as samples: floating features in `dtype`, integer ones and
+    targets as int64 (class and token ids)."""
+    if isinstance(value, TokenWindows):
+        return value
+    try:
+        tensor = torch.as_tensor(np.asarray(value) if not torch.is_tensor(value) else value)
+    except Exception as exc:  # the user's data, the user's to fix
+        raise ConfigError(
+            f"{field}: cannot make a tensor of {type(value).__name__}: {exc}"
+        ) from exc
+    if targets or not tensor.is_floating_point():
+        return tensor.long()
+    return tensor.to(dtype)
+
+
+def _own_data(cfg: TrainerConfig, dtype: torch.dtype) -> Dataset:
+    from dtjob_trainer import data_sources as src
+
+    t = cfg.trainer
+    kind = t.dataset.type
+    field = "trainer.dataset.factory" if kind == DatasetType.CUSTOM else "trainer.dataset.path"
+    if kind == DatasetType.TOKEN_FILE:
+        parts = src.token_file(t)
+    elif kind == DatasetType.IMAGE_FOLDER:
+        parts = src.image_folder(t, t.seed)
+    elif kind == DatasetType.HF_DISK:
+        parts = src.hf_disk(t)
+    else:
+        parts = src.custom_data(t, t.seed)
+    x_tr, y_tr, x_te, y_te = (
+        _as_samples(field, part, dtype, targets=i % 2 == 1) for i, part in enumerate(parts)
+    )
+    for x, y, split in ((x_tr, y_tr, "training"), (x_te, y_te, "test")):
+        if x.shape[0] != y.shape[0] or x.shape[0] < 1:
+            raise ConfigError(
+                f"{field}: the {split} split has {x.shape[0]} inputs and {y.shape[0]} "
+                "targets; it needs as many of each, at least one"
+            )
+    return Dataset(x_tr, y_tr, x_te, y_te)
+
+
 def load_dataset(cfg: TrainerConfig, dtype: torch.dtype) -> Dataset:
     """The configured data set; features in `dtype` (tokens stay int64)."""
     t = cfg.trainer
+    if t.dataset.type not in (DatasetType.DIGITS, DatasetType.SYNTHETIC_TOKENS):
+        return _own_data(cfg, dtype)
     if t.dataset.type == DatasetType.DIGITS:
         x_tr, y_tr, x_te, y_te = load_digits_arrays(t.seed, t.dataset.testFraction)
         return Dataset(

@@ -62,6 +62,24 @@ def block_options(cfg: TrainerConfig) -> str:
     return " + ".join(name for name, on in names if on)
 
 
+# Where the operator points TORCHELASTIC_ERROR_FILE: the container's termination message,
+# which the kubelet copies into the pod status (at most 4096 bytes).
+_ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
+_TERMINATION_MESSAGE_LIMIT = 4096
+
+
+def record_config_error(message: str) -> None:
+    """Leave a config error (exit 2) as the container's termination message, in plain text:
+    the operator ends the job InvalidSpec with it, whatever else the log holds last."""
+    path = os.environ.get(_ERROR_FILE_ENV)
+    if not path:
+        return
+    try:
+        Path(path).write_bytes(message.encode()[:_TERMINATION_MESSAGE_LIMIT])
+    except OSError as exc:
+        log.warning("cannot write the config error to %s: %s", path, exc)
+
+
 def _exit_now(code: int) -> NoReturn:
     sys.stdout.flush()
     sys.stderr.flush()
@@ -89,6 +107,8 @@ def run_process(env: DistEnv, result_file: str | None, verify_replicas: bool) ->
         code = _train(env, result_file, verify_replicas, stop, training)
     except TrainerError as exc:
         print(f"dtjob-trainer rank {env.rank}: {exc}", file=sys.stderr)
+        if isinstance(exc, ConfigError):
+            record_config_error(str(exc))
         _exit_now(exc.exit_code)
     except Exception as exc:
         from dtjob_trainer.dist import is_comm_error

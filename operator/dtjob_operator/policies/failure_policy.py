@@ -49,6 +49,7 @@ EXIT_MEANINGS = {
 }
 # Retryable failures whose cause is known get a reason of their own.
 EXIT_PEER_LOST = 201
+EXIT_CONFIG = 2
 RETRYABLE_REASONS = {143: REASON_PREEMPTED, 200: REASON_RENDEZVOUS_TIMEOUT, 201: REASON_PEER_LOST}
 LOST_POD_DETAIL = "deleted or gone while the gang ran (eviction, node drain or a manual delete)"
 DETAIL_LIMIT = 300  # characters of the container's termination message kept in status
@@ -127,6 +128,17 @@ def observe_failure(pod: Pod) -> PodFailure | None:
         child_rank=child.rank,
         launcher_failure=child.launcher_failure,
         detail=child.error or failure.detail,
+    )
+
+
+def is_invalid_config(failure: PodFailure, bundled_trainer: bool) -> bool:
+    """The bundled trainer's own exit 2: the spec cannot work as written (a factory that
+    raises, a data file that is not there), found only once the trainer ran it. The job
+    ends InvalidSpec, with the trainer's message (its termination message). A custom
+    command's 2 is its own business (argparse's usage error, say), and so is a child's 2
+    under a launcher."""
+    return (
+        bundled_trainer and failure.exit_code == EXIT_CONFIG and failure.container_exit_code is None
     )
 
 

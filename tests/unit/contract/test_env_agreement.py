@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from dtjob_api import DistributedTrainingJobSpec
 from dtjob_operator.builders.configmaps import config_json
@@ -22,6 +21,7 @@ from dtjob_operator.naming import history_config_map_name, progress_config_map_n
 from dtjob_trainer.config import load_config
 from dtjob_trainer.env import read_env
 from dtjob_trainer.layout import plan_pods, pod_env
+from helpers.examples import load_job
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 MANIFESTS = sorted([*EXAMPLES.glob("*.yaml"), *EXAMPLES.glob("cpu/*.yaml")])
@@ -31,7 +31,7 @@ OPERATOR_ONLY = {"NCCL_SOCKET_IFNAME", "TORCHELASTIC_ERROR_FILE"}
 
 
 def load(path: Path) -> dict[str, Any]:
-    doc: dict[str, Any] = yaml.safe_load(path.read_text())
+    doc: dict[str, Any] = load_job(path)
     return doc
 
 

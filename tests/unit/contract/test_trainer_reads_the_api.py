@@ -22,6 +22,7 @@ from dtjob_operator.builders.configmaps import config_json
 from dtjob_operator.builders.job import Job
 from dtjob_trainer.config import TrainerConfig, load_config
 from dtjob_trainer.errors import ConfigError
+from helpers.examples import load_job
 
 REPO = Path(__file__).resolve().parents[3]
 TRAINER = REPO / "trainer_image" / "dtjob_trainer"
@@ -87,8 +88,7 @@ def test_the_config_is_made_of_dtjob_apis_models() -> None:
 
 
 def _manifest(path: Path) -> dict[str, Any]:
-    doc: dict[str, Any] = yaml.safe_load(path.read_text())
-    return doc
+    return load_job(path)
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=_example_id)

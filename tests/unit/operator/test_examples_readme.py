@@ -6,8 +6,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import yaml
 from unit.operator.test_chart import REPO
+
+from helpers.examples import load_job
 
 EXAMPLES = REPO / "examples"
 
@@ -37,17 +38,15 @@ def test_every_example_is_listed_with_its_strategy_gpus_and_cpu_twin() -> None:
     manifests = sorted(p.name for p in EXAMPLES.glob("*.yaml"))
     assert sorted(rows) == manifests
     for name in manifests:
-        job = yaml.safe_load((EXAMPLES / name).read_text())
+        job = load_job(EXAMPLES / name)
         strategy, gpus, twin = rows[name]
         assert strategy.split(" (")[0] == job["spec"]["strategy"]["type"], name
         assert gpus == gang_gpus(job), name
-        assert (EXAMPLES / twin).exists() and gang_gpus(
-            yaml.safe_load((EXAMPLES / twin).read_text())
-        ) == 0
+        assert (EXAMPLES / twin).exists() and gang_gpus(load_job(EXAMPLES / twin)) == 0
 
 
 def test_the_total_the_readme_warns_about_is_right() -> None:
-    total = sum(gang_gpus(yaml.safe_load(p.read_text())) for p in EXAMPLES.glob("*.yaml"))
+    total = sum(gang_gpus(load_job(p)) for p in EXAMPLES.glob("*.yaml"))
     count = len(list(EXAMPLES.glob("*.yaml")))
     text = (EXAMPLES / "README.md").read_text()
     assert re.search(rf"{count} jobs asking for\s+{total} GPUs", text)

@@ -49,6 +49,15 @@ PS_RUNNING = after(
     now=5,
 )
 
+FACTORY_ERROR = "trainer.model.factory: models:build raised ValueError: width 3 must be even"
+CUSTOM_COMMAND = DDP.copy().with_trainer(command=["python", "train.py"])
+CUSTOM_COMMAND_RUNNING = after(
+    after(CUSTOM_COMMAND, now=0),
+    w(0, job=CUSTOM_COMMAND).running().ready(),
+    w(1, job=CUSTOM_COMMAND).running().ready(),
+    now=5,
+)
+
 CASES = [
     Case(
         "fresh job creates every child, support objects first",
@@ -153,6 +162,32 @@ CASES = [
         deletes=["j-worker-0"],
         condition=("Failed", "True", "PodFailedPermanent"),
         message_has=("pod j-worker-1 exited with code 1", "permanent under restartPolicy ExitCode"),
+        events=["PodFailedPermanent"],
+    ),
+    Case(
+        "the bundled trainer's exit 2 (a factory raised): InvalidSpec with its message",
+        RUNNING,
+        [ready(0), w(1).failed(exit_code=2, finished_at=20, message=FACTORY_ERROR)],
+        now=20,
+        phase="Failed",
+        creates=[],
+        deletes=["j-worker-0"],
+        condition=("Failed", "True", "InvalidSpec"),
+        message_has=("invalid job config", FACTORY_ERROR),
+        events=["InvalidSpec"],
+    ),
+    Case(
+        "a custom command's exit 2 is its own: PodFailedPermanent",
+        CUSTOM_COMMAND_RUNNING,
+        [
+            w(0, job=CUSTOM_COMMAND).running().ready(),
+            w(1, job=CUSTOM_COMMAND).failed(2, finished_at=20),
+        ],
+        now=20,
+        phase="Failed",
+        creates=[],
+        deletes=["j-worker-0"],
+        condition=("Failed", "True", "PodFailedPermanent"),
         events=["PodFailedPermanent"],
     ),
     Case(

@@ -7,6 +7,7 @@ import copy
 from typing import Any
 
 import pytest
+from unit.operator.custom_cases import CUSTOM_BAD
 from unit.operator.pipeline_tp_cases import PIPELINE_TP_BAD
 from unit.operator.stage_group_cases import STAGE_GROUP_BAD
 from unit.operator.tp_cases import TP_BAD
@@ -356,7 +357,7 @@ def test_cross_field_rule_violations_name_the_field(
 
 
 def test_every_rule_is_exercised_by_a_bad_case() -> None:
-    cases = BAD + TP_BAD + STAGE_GROUP_BAD + PIPELINE_TP_BAD
+    cases = BAD + TP_BAD + STAGE_GROUP_BAD + PIPELINE_TP_BAD + CUSTOM_BAD
     facts = [Facts.of(DistributedTrainingJobSpec.model_validate(bad)) for bad, _, _ in cases]
     for rule in RULES:
         assert any(not rule.check(f) for f in facts), f"no case breaks {rule.field}: {rule.message}"

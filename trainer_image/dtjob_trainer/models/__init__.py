@@ -15,9 +15,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dtjob_api.spec import ModelSpec, ModelType
+from dtjob_api.spec import ModelType, TrainerSpec
 from dtjob_trainer.config import TrainerConfig
+from dtjob_trainer.errors import ConfigError
 from dtjob_trainer.models.cnn import build_cnn
+from dtjob_trainer.models.custom import FIELD as CUSTOM_FIELD
+from dtjob_trainer.models.custom import custom_blocks
 from dtjob_trainer.models.gpt import build_gpt, gpt_parameter_count
 from dtjob_trainer.models.mlp import build_mlp
 
@@ -31,7 +34,11 @@ __all__ = [
 ]
 
 
-def _blocks(m: ModelSpec) -> Iterable[nn.Module]:
+def _blocks(t: TrainerSpec) -> Iterable[nn.Module]:
+    m = t.model
+    if m.type == ModelType.CUSTOM:
+        # The factory builds the whole model at once: no block-at-a-time replay for it.
+        return custom_blocks(t)
     if m.type == ModelType.MLP:
         return build_mlp(m.hiddenSizes)
     if m.type == ModelType.CNN:
@@ -46,7 +53,7 @@ def iter_blocks(cfg: TrainerConfig, dtype: torch.dtype = torch.float32) -> Itera
     nothing else may draw from it while the iterator is alive."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.trainer.seed)
-        for block in _blocks(cfg.trainer.model):
+        for block in _blocks(cfg.trainer):
             yield block.to(dtype)
 
 
@@ -57,7 +64,7 @@ def build_model(
     `meta`, on the meta device (shapes only, no memory, no initialisation)."""
     if meta:
         with torch.device("meta"):
-            return nn.Sequential(*_blocks(cfg.trainer.model)).to(dtype)
+            return nn.Sequential(*_blocks(cfg.trainer)).to(dtype)
     return nn.Sequential(*iter_blocks(cfg, dtype))
 
 
@@ -77,8 +84,17 @@ def stage_bounds(blocks: int, stages: int) -> list[tuple[int, int]]:
 
 
 def split_into_stages(model: nn.Sequential, stages: int) -> list[nn.Sequential]:
-    """Contiguous stages sharing the model's modules, keeping the full model's names."""
+    """Contiguous stages sharing the model's modules, keeping the full model's names.
+
+    The API's rules guarantee the bundled models enough blocks; a Custom model's are
+    counted only here, so too few is the factory's config error (exit 2)."""
     named = list(model.named_children())
+    if len(named) < stages:
+        raise ConfigError(
+            f"{CUSTOM_FIELD}: the model has {len(named)} block(s) (the children of the "
+            f"nn.Sequential the factory returns; any other module is one block), fewer than "
+            f"the {stages} pipeline stages: return more blocks or use fewer stage processes"
+        )
     return [
         nn.Sequential(OrderedDict(named[start:stop]))
         for start, stop in stage_bounds(len(named), stages)
@@ -86,7 +102,9 @@ def split_into_stages(model: nn.Sequential, stages: int) -> list[nn.Sequential]:
 
 
 def loss_fn(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy over every prediction (samples, or samples x positions)."""
+    """Mean cross-entropy over every prediction (samples, or samples x positions): logits
+    in the last dimension against int64 class or token targets. Custom models train with
+    it too, so their output must be logits of that shape."""
     return F.cross_entropy(output.reshape(-1, output.shape[-1]), target.reshape(-1))
 
 
@@ -96,4 +114,4 @@ def model_parameter_count(cfg: TrainerConfig) -> int:
     if m.type == ModelType.GPT:
         return gpt_parameter_count(m.layers, m.dModel, m.seqLen, m.vocabSize)
     with torch.device("meta"):
-        return sum(p.numel() for p in nn.Sequential(*_blocks(m)).parameters())
+        return sum(p.numel() for p in nn.Sequential(*_blocks(cfg.trainer)).parameters())

@@ -81,8 +81,17 @@ def configured_blocks(cfg: TrainerConfig) -> list[int] | None:
 
 
 def split_blocks(model: nn.Sequential, sizes: list[int]) -> list[nn.Sequential]:
-    """Contiguous stages of `sizes` blocks, keeping the full model's parameter names."""
+    """Contiguous stages of `sizes` blocks, keeping the full model's parameter names.
+
+    The API checks the groups' blocks against the bundled models; a Custom model's blocks
+    are known only here."""
     named = list(model.named_children())
+    if sum(sizes) != len(named) or min(sizes, default=1) < 1:
+        raise ConfigError(
+            f"roles.stage.groups: blocks per stage {sizes} do not split the model's "
+            f"{len(named)} blocks (a Custom model: the children of what trainer.model.factory "
+            "returns) into non-empty stages"
+        )
     stages, start = [], 0
     for size in sizes:
         stages.append(nn.Sequential(OrderedDict(named[start : start + size])))
