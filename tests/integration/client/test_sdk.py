@@ -55,7 +55,8 @@ def test_wait_says_why_it_gave_up(cluster, operator, namespace) -> None:  # type
         c.wait("fails", "Succeeded", timeout=2)
     assert time.monotonic() - started < 10
     pods = wait_pods_running(cluster.core, namespace, "fails", 1)
-    threading.Timer(1.0, exit_pod, (cluster.core, namespace, pods[0].metadata.name, 2)).start()
+    # 3: a permanent failure (the bundled trainer's 2 is a config error: InvalidSpec).
+    threading.Timer(1.0, exit_pod, (cluster.core, namespace, pods[0].metadata.name, 3)).start()
     with pytest.raises(JobEndedInOtherPhase) as err:
         c.wait("fails", "Succeeded", timeout=60)
     assert err.value.phase == "Failed"
