@@ -11,21 +11,24 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from unit.trainer.harness import launch
 
 from dtjob_trainer.checkpoint import Checkpointer
 from dtjob_trainer.sharded import read_full
+from helpers.examples import load_job
 
-EXAMPLES = sorted((Path(__file__).parents[3] / "examples" / "cpu").glob("*.yaml"))
+EXAMPLES_DIR = Path(__file__).parents[3] / "examples"
+EXAMPLES = sorted((EXAMPLES_DIR / "cpu").glob("*.yaml"))
 STEPS = 4
 
 
 def short_run(example: Path) -> dict[str, Any]:
     """The example's spec, trained for a few steps with a checkpoint at the last one."""
-    spec: dict[str, Any] = yaml.safe_load(example.read_text())["spec"]
+    spec: dict[str, Any] = load_job(example)["spec"]
     trainer = {**spec["trainer"], "steps": STEPS, "logEverySteps": 1}
     trainer.pop("command", None)
+    if "codePath" in trainer:  # in the cluster a mounted ConfigMap of examples/<name>/
+        trainer["codePath"] = str(EXAMPLES_DIR / example.stem)
     for role in spec["roles"].values():  # no pod resources locally
         for key in ("cpu", "memory"):
             role.pop(key, None)
