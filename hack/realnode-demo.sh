@@ -20,7 +20,8 @@ export PATH
 echo "demo: kubectl apply ${jobs[*]}" >&2
 names=()
 for j in "${jobs[@]}"; do
-  name=$("$py" -c 'import sys,yaml; print(yaml.safe_load(open(sys.argv[1]))["metadata"]["name"])' "$top/$j")
+  # The job's name; a manifest may carry other objects too (a ConfigMap of its code).
+  name=$("$py" -c 'import sys,yaml; print(next(d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d.get("kind") == "DistributedTrainingJob")["metadata"]["name"])' "$top/$j")
   kubectl delete dtj "$name" --ignore-not-found --wait=true >/dev/null
   "$py" "$top/hack/realnode_overlay.py" "$top/$j" | kubectl apply -f -
   names+=("$name")
