@@ -59,6 +59,7 @@ API_CALLS: frozenset[tuple[str, str, str]] = frozenset(
         ("", "events", "list"),
         ("", "resourcequotas", "list"),
         ("", "nodes", "list"),
+        ("", "nodes", "get"),  # a terminating pod's node, fresh while its gang runs
         ("scheduling.k8s.io", "priorityclasses", "list"),
         ("networking.k8s.io", "networkpolicies", "create"),  # settings.network_policy
         ("rbac.authorization.k8s.io", "roles", "create"),
@@ -93,6 +94,18 @@ def _page(resp: object) -> tuple[list[Obj], str | None]:
     body = json.loads(cast(Any, resp).data)
     items: list[Obj] = body.get("items") or []
     return items, (body.get("metadata") or {}).get("continue") or None
+
+
+def read_or_none(call: Callable[..., object], *args: Any) -> Obj | None:
+    """One object from a read call, as raw JSON, or None when it does not exist (404)."""
+    try:
+        resp = call(*args, _preload_content=False)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    obj: Obj = json.loads(cast(Any, resp).data)
+    return obj
 
 
 def list_pages(call: Callable[..., object], page_size: int, **kwargs: Any) -> list[Obj]:
@@ -268,16 +281,7 @@ class KubeApi:
 
     def get_pvc(self, namespace: str, name: str) -> Obj | None:
         """A PersistentVolumeClaim as raw JSON, or None when it does not exist."""
-        try:
-            resp = self.core.read_namespaced_persistent_volume_claim(
-                name, namespace, _preload_content=False
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        claim: Obj = json.loads(cast(Any, resp).data)
-        return claim
+        return read_or_none(self.core.read_namespaced_persistent_volume_claim, name, namespace)
 
     def list_pod_events(self, namespace: str, pod_name: str, pod_uid: str | None) -> list[Obj]:
         """core/v1 Events about one pod, as raw JSON: this incarnation of the name only when
@@ -315,6 +319,10 @@ class KubeApi:
         """Every node."""
         return list_pages(self.core.list_node, self.page_size)
 
+    def get_node(self, name: str) -> Obj | None:
+        """A node as raw JSON, or None when it does not exist."""
+        return read_or_none(self.core.read_node, name)
+
     def list_resource_quotas(self) -> list[Obj]:
         """Every ResourceQuota, cluster-wide."""
         return list_pages(self.core.list_resource_quota_for_all_namespaces, self.page_size)
@@ -327,14 +335,7 @@ class KubeApi:
 
     def get_lease(self, namespace: str, name: str) -> Obj | None:
         """The Lease as raw JSON, or None."""
-        try:
-            resp = self.coordination.read_namespaced_lease(name, namespace, _preload_content=False)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        lease: Obj = json.loads(cast(Any, resp).data)
-        return lease
+        return read_or_none(self.coordination.read_namespaced_lease, name, namespace)
 
     def create_lease(self, namespace: str, body: Obj) -> bool:
         """Create the Lease; False when another replica created it first."""
@@ -401,14 +402,7 @@ class KubeApi:
             "RoleBinding": self.rbac.read_namespaced_role_binding,
             "NetworkPolicy": self.networking.read_namespaced_network_policy,
         }
-        try:
-            resp = readers[kind](name, namespace, _preload_content=False)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        obj: Obj = json.loads(cast(Any, resp).data)
-        return obj
+        return read_or_none(readers[kind], name, namespace)
 
     def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
         """Delete a pod; already gone is fine."""

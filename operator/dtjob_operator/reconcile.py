@@ -43,7 +43,7 @@ from dtjob_operator.k8s import KubeApi, NotLeaderError, Obj, is_transport_error
 from dtjob_operator.kill_points import AFTER_ADMISSION_WRITTEN, KillPoints
 from dtjob_operator.metrics import OperatorMetrics
 from dtjob_operator.naming import progress_config_map_name
-from dtjob_operator.policies.nodes import lost_nodes
+from dtjob_operator.policies.nodes import GANG_UP_PHASES, confirmed_lost, lost_nodes
 from dtjob_operator.policies.pods import is_terminating, name_of, node_of
 from dtjob_operator.policies.times import parse_time
 from dtjob_operator.policies.too_deep import too_deep_message, too_deep_path, too_deep_status
@@ -305,7 +305,7 @@ class Reconciler:
         observed = lifecycle.Observed(
             job=job,
             pods=pods,
-            lost_nodes=self._lost_nodes(pods),
+            lost_nodes=self._lost_nodes(job, pods),
             children=existing,
             progress=read_progress(name, config_maps),
             now=datetime.now(UTC),
@@ -395,11 +395,18 @@ class Reconciler:
             raise
         self.caches.wrote_job(namespace, name, version)
 
-    def _lost_nodes(self, pods: list[Obj]) -> frozenset[str]:
+    def _lost_nodes(self, job: Obj, pods: list[Obj]) -> frozenset[str]:
         """Lost nodes among those of the job's terminating pods: only a pod on its way out
-        needs its node's word, so a healthy pass lists no nodes."""
+        needs its node's word, so a healthy pass lists no nodes. While the gang is up, a
+        node the cache still calls Ready is read from the API server: the node's watch
+        event may lag the pod's (policies/nodes.py `confirmed_lost`)."""
         wanted = {node for p in pods if is_terminating(p) and (node := node_of(p))}
-        return lost_nodes(wanted, self.caches.list_nodes()) if wanted else frozenset()
+        if not wanted:
+            return frozenset()
+        lost = lost_nodes(wanted, self.caches.list_nodes())
+        if (job.get("status") or {}).get("phase") not in GANG_UP_PHASES:
+            return lost
+        return lost | confirmed_lost(wanted - lost, self.api.get_node)
 
     def _pod_events(self, job: Obj, pods: list[Obj]) -> dict[str, list[Obj]]:
         """The Events of the gang's pods that hang in ContainerCreating: a volume that cannot

@@ -9,14 +9,22 @@ stay Terminating forever unless someone force-deletes them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Set
+from collections.abc import Callable, Iterable, Mapping, Set
 from datetime import datetime, timedelta
 from typing import Any
 
+from dtjob_api.status import JobPhase
 from dtjob_operator.policies.pods import Pod, is_terminating, name_of, node_of
 from dtjob_operator.policies.times import parse_time
 
 OUT_OF_SERVICE_TAINT = "node.kubernetes.io/out-of-service"
+# Nodes a pass reads from the API server when the cache calls a terminating pod's node
+# Ready (`confirmed_lost`): a user's deletion touches one pod or a few, a bound keeps a
+# mass deletion from costing a GET per node per pass.
+LIVE_NODE_READS = 8
+# Only then: during a restart and after the end the operator's own deletions make every
+# pod terminate, and no verdict waits on their nodes.
+GANG_UP_PHASES = (JobPhase.STARTING.value, JobPhase.RUNNING.value)
 
 
 def is_lost(node: Mapping[str, Any]) -> bool:
@@ -32,6 +40,23 @@ def lost_nodes(wanted: Iterable[str], nodes: Iterable[Mapping[str, Any]]) -> fro
     """Those of the `wanted` node names that are lost, or have no Node object."""
     by_name = {str(n["metadata"]["name"]): n for n in nodes}
     return frozenset(name for name in wanted if name not in by_name or is_lost(by_name[name]))
+
+
+def confirmed_lost(
+    doubtful: Iterable[str],
+    read: Callable[[str], Mapping[str, Any] | None],
+    limit: int = LIVE_NODE_READS,
+) -> frozenset[str]:
+    """Those of the `doubtful` node names (Ready in the operator's cache) that the API
+    server says are lost or gone, reading at most `limit` of them (in name order).
+
+    A user deletes a pod on a node that has just gone NotReady: the pod's watch event can
+    reach the operator before the node's, and judged on the cache the pod would be a
+    counted failure (deleted while the gang ran) instead of a disruption (node lost). The
+    verdict must not depend on which watch stream was faster."""
+    return frozenset(
+        name for name in sorted(doubtful)[:limit] if (node := read(name)) is None or is_lost(node)
+    )
 
 
 def force_deletes(

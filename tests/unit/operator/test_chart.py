@@ -264,7 +264,7 @@ def test_namespaced_mode_grants_jobs_per_namespace_and_only_reads_cluster_wide()
     docs = render_list("namespaces={team-a,team-b}")
     cluster_wide = grants(*roles_of(docs, "ClusterRole"))
     # No ClusterRole for jobs: nothing cluster-wide may change anything.
-    assert {verb for _, _, verb in cluster_wide} <= {"list", "watch"}
+    assert {verb for _, _, verb in cluster_wide} <= {"get", "list", "watch"}
     assert not any(group == "dtjob.io" for group, _, _ in cluster_wide)
     job_roles = [
         r for r in roles_of(docs, "Role") if "leader-election" not in r["metadata"]["name"]

@@ -11,7 +11,7 @@ from unit.operator.builders import PodBuilder, a_job, a_pod
 
 from dtjob_api.spec import RunPolicy
 from dtjob_operator.policies.failure_policy import gang_failures
-from dtjob_operator.policies.nodes import OUT_OF_SERVICE_TAINT, lost_nodes
+from dtjob_operator.policies.nodes import OUT_OF_SERVICE_TAINT, confirmed_lost, lost_nodes
 from dtjob_operator.policies.pod_failure_policy import disruption_of, judge_gang
 
 JOB = a_job()
@@ -200,3 +200,21 @@ def test_lost_nodes() -> None:
     ]
     wanted = ["ok", "down", "silent", "oos", "tainted", "gone"]
     assert lost_nodes(wanted, nodes) == {"down", "silent", "oos", "gone"}
+
+
+def test_nodes_the_cache_calls_ready_are_confirmed_by_the_api_server() -> None:
+    # The API server's word, newer than the cache's: "late" went NotReady, "gone" was
+    # deleted, "ok" is still Ready.
+    live = {"ok": node("ok"), "late": node("late", "Unknown")}
+    asked: list[str] = []
+
+    def read(name: str) -> dict[str, Any] | None:
+        asked.append(name)
+        return live.get(name)
+
+    assert confirmed_lost({"ok", "late", "gone"}, read, limit=8) == {"late", "gone"}
+    assert sorted(asked) == ["gone", "late", "ok"]
+    asked.clear()
+    # A mass deletion costs at most `limit` reads a pass (the first names, in order).
+    assert confirmed_lost({"ok", "late", "gone"}, read, limit=1) == {"gone"}
+    assert asked == ["gone"]
