@@ -45,6 +45,7 @@ from dtjob_api.facts import (
 )
 from dtjob_api.rule import Rule
 from dtjob_api.spec import StrategyType
+from dtjob_api.speed_rules import SPEED_RULES
 from dtjob_api.trainer_rules import TRAINER_RULES
 
 # metadata.name: `<name>-worker-<index>` (index < 4096, so 4 digits) is a pod hostname and
@@ -126,28 +127,6 @@ def _stage_tp(f: Facts) -> bool:
 
 def _any_tp(f: Facts) -> bool:
     return _tp(f) or _stage_tp(f)
-
-
-# Strategies that apply trainer.compile / trainer.activationCheckpointing to the blocks of
-# the model they build. Hogwild hands its model to spawned processes (neither a compiled
-# nor a checkpointed block pickles); the stage strategies and TensorParallel re-wrap the
-# blocks they split and are not covered yet.
-_BLOCK_OPTIONS = (
-    StrategyType.DATA_PARALLEL,
-    StrategyType.FSDP,
-    StrategyType.CPU_OFFLOAD,
-    StrategyType.AUTO,
-    StrategyType.PARAMETER_SERVER,
-)
-_BLOCK_OPTIONS_OK = f"{_is(*_BLOCK_OPTIONS)} && !({_HOGWILD})"
-_BLOCK_OPTIONS_MESSAGE = (
-    "only with strategy DataParallel, FSDP, CPUOffload, Auto or ParameterServer in a mode "
-    "other than Hogwild; this job runs {strategy}"
-)
-
-
-def _block_options_ok(f: Facts) -> bool:
-    return f.strategy in _BLOCK_OPTIONS and not _hogwild(f)
 
 
 def _interleaved_rounds_ok(f: Facts) -> bool:
@@ -524,23 +503,6 @@ RULES: tuple[Rule, ...] = (
         "nccl cannot reach the ranks of CPU stage groups: use gloo or auto",
     ),
     Rule(
-        "trainer.compile",
-        f"{BUNDLED_TRAINER} && has(self.trainer.compile) && self.trainer.compile",
-        lambda f: f.bundled_trainer and f.compile,
-        _BLOCK_OPTIONS_OK, _block_options_ok,
-        _BLOCK_OPTIONS_MESSAGE,
-        "FieldValueForbidden",
-    ),
-    Rule(
-        "trainer.activationCheckpointing",
-        f"{BUNDLED_TRAINER} && has(self.trainer.activationCheckpointing) && "
-        "self.trainer.activationCheckpointing",
-        lambda f: f.bundled_trainer and f.activationCheckpointing,
-        _BLOCK_OPTIONS_OK, _block_options_ok,
-        _BLOCK_OPTIONS_MESSAGE,
-        "FieldValueForbidden",
-    ),
-    Rule(
         "runPolicy.maxBackoffSeconds",
         "true", lambda f: True,
         "self.runPolicy.maxBackoffSeconds >= self.runPolicy.backoffSeconds",
@@ -549,4 +511,5 @@ RULES: tuple[Rule, ...] = (
         detail="{maxBackoffSeconds} < {backoffSeconds}",
     ),
     *TRAINER_RULES,
+    *SPEED_RULES,
 )  # fmt: skip

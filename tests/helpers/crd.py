@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import pytest
 import yaml
 from kubernetes import client
 
+from dtjob_api import GROUP, KIND, PLURAL, VERSION
+from dtjob_api.validation import validate_job
 from helpers.kube import wait_for
 
 CRD_FILE = Path(__file__).resolve().parents[2] / "crds" / "dtjob.io_distributedtrainingjobs.yaml"
@@ -49,3 +53,27 @@ def install_crd(api: client.ApiClient, path: Path = CRD_FILE) -> str:
 
     wait_for(established, timeout=30, what=f"CRD {name} Established")
     return name
+
+
+def dry_run_create(jobs: client.CustomObjectsApi, namespace: str, spec: Any) -> Any:
+    """Create a job named "job" with `spec` as a dry run (strict field validation): what the
+    API server stores, or its refusal as an ApiException."""
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "metadata": {"name": "job"},
+            "spec": spec}  # fmt: skip
+    return jobs.create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, body, dry_run="All", field_validation="Strict"
+    )
+
+
+def assert_refused(
+    jobs: client.CustomObjectsApi, namespace: str, spec: Any, field: str, words: str
+) -> None:
+    """The API server refuses `spec` naming `field` with `words`, and the operator's
+    backstop (validate_job) blames the same field."""
+    with pytest.raises(client.ApiException) as err:
+        dry_run_create(jobs, namespace, spec)
+    assert err.value.status in (400, 422), err.value.body
+    message = err.value.body
+    assert field in message, message
+    assert words in message, message
+    assert field in {e.field for e in validate_job(spec, name="job")}

@@ -240,14 +240,6 @@ BAD: list[tuple[str, str, dict[str, Any], str, str]] = [
      with_(DP, runPolicy={"podFailurePolicy": {"rules": [
          {"action": "Retry", "onExitCodes": {"operator": "In", "values": [3]}}]}}),
      "spec.runPolicy.podFailurePolicy.rules[0].action", 'Unsupported value: "Retry"'),
-    ("compile-with-pipeline", "job",
-     with_(DP, strategy__type="Pipeline", strategy__pipeline={"microbatches": 2},
-           roles={"stage": {"replicas": 2}}, trainer__compile=True),
-     "spec.trainer.compile", "this job runs Pipeline"),
-    ("checkpointing-with-hogwild", "job",
-     with_(DP, strategy__type="ParameterServer", strategy__parameterServer={"mode": "Hogwild"},
-           roles={"worker": {"replicas": 1}}, trainer__activationCheckpointing=True),
-     "spec.trainer.activationCheckpointing", "other than Hogwild"),
 ]  # fmt: skip
 
 
@@ -262,21 +254,6 @@ def test_malformed_job_is_refused_naming_the_field(
     assert words in message, message
     # The operator's backstop blames the same field.
     assert field in {e.field for e in validate_job(spec, name=name)}
-
-
-def test_speed_options_are_accepted_where_they_apply(
-    jobs: client.CustomObjectsApi, namespace: str
-) -> None:
-    for spec in (
-        with_(DP, trainer__compile=True, trainer__activationCheckpointing=True),
-        with_(DP, strategy__type="ParameterServer", strategy__parameterServer={"mode": "EASGD"},
-              trainer__activationCheckpointing=True),
-    ):  # fmt: skip
-        accepted = create(jobs, namespace, manifest(spec))
-        assert accepted["spec"]["trainer"]["activationCheckpointing"] is True
-        assert validate_job(spec) == []
-    defaulted = create(jobs, namespace, manifest(DP))["spec"]["trainer"]
-    assert defaulted["compile"] is False and defaulted["activationCheckpointing"] is False
 
 
 def test_bundled_trainer_rules_spare_a_custom_command(

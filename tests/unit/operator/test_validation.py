@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from unit.operator.custom_cases import CUSTOM_BAD
 from unit.operator.pipeline_tp_cases import PIPELINE_TP_BAD
+from unit.operator.speed_cases import SPEED_BAD
 from unit.operator.stage_group_cases import STAGE_GROUP_BAD
 from unit.operator.tp_cases import TP_BAD
 
@@ -59,20 +60,6 @@ GOOD = [
     spec("FSDP", worker={"replicas": 2, "gpus": 8}),
     spec("CPUOffload", worker={"replicas": 1, "cpu": 4, "memory": "8Gi"}),
     spec("Auto", worker={"replicas": 1, "gpus": 1}),
-    with_(
-        with_(spec("DataParallel", worker={"replicas": 2}), "trainer.compile", True),
-        "trainer.activationCheckpointing",
-        True,
-    ),
-    with_(
-        with_(
-            spec("ParameterServer", worker={"replicas": 2}, ps={}),
-            "strategy.parameterServer",
-            {"mode": "EASGD"},
-        ),
-        "trainer.activationCheckpointing",
-        True,
-    ),
 ]
 
 
@@ -321,27 +308,6 @@ BAD = [
         "spec.runPolicy.maxBackoffSeconds",
         "at least runPolicy.backoffSeconds",
     ),
-    # trainer.compile / activationCheckpointing: strategies that build whole blocks only.
-    (
-        with_(
-            with_(spec("Pipeline", stage={"replicas": 2}), "trainer.compile", True),
-            "strategy.pipeline",
-            {"microbatches": 2},
-        ),
-        "spec.trainer.compile",
-        "this job runs Pipeline",
-    ),
-    (
-        with_(
-            with_(
-                spec("ParameterServer", worker={}), "strategy.parameterServer", {"mode": "Hogwild"}
-            ),
-            "trainer.activationCheckpointing",
-            True,
-        ),
-        "spec.trainer.activationCheckpointing",
-        "other than Hogwild",
-    ),
 ]
 
 
@@ -357,7 +323,7 @@ def test_cross_field_rule_violations_name_the_field(
 
 
 def test_every_rule_is_exercised_by_a_bad_case() -> None:
-    cases = BAD + TP_BAD + STAGE_GROUP_BAD + PIPELINE_TP_BAD + CUSTOM_BAD
+    cases = BAD + TP_BAD + STAGE_GROUP_BAD + PIPELINE_TP_BAD + CUSTOM_BAD + SPEED_BAD
     facts = [Facts.of(DistributedTrainingJobSpec.model_validate(bad)) for bad, _, _ in cases]
     for rule in RULES:
         assert any(not rule.check(f) for f in facts), f"no case breaks {rule.field}: {rule.message}"
