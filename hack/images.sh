@@ -115,12 +115,14 @@ base_image() {
   echo "images: $BASE_IMAGE built in $((SECONDS - t0)) s" >&2
 }
 
-build() {  # image dockerfile name
-  local t0=$SECONDS
-  echo "images: building $1 from $2 (log: $logs/$3.log)" >&2
-  DOCKER_BUILDKIT=0 docker build --network host -f "$top/$2" -t "$1" "$top" >"$logs/$3.log" 2>&1 \
-    || die_log "docker build of $1 ($2)" "$logs/$3.log"
-  echo "images: $1 ready in $((SECONDS - t0)) s, $(docker image inspect -f '{{.Size}}' "$1" | awk '{printf "%.0f MB", $1/1e6}')" >&2
+build() {  # image dockerfile name [build-arg...]
+  local t0=$SECONDS image=$1 dockerfile=$2 name=$3
+  shift 3
+  echo "images: building $image from $dockerfile (log: $logs/$name.log)" >&2
+  DOCKER_BUILDKIT=0 docker build --network host "$@" -f "$top/$dockerfile" -t "$image" "$top" \
+    >"$logs/$name.log" 2>&1 \
+    || die_log "docker build of $image ($dockerfile)" "$logs/$name.log"
+  echo "images: $image ready in $((SECONDS - t0)) s, $(docker image inspect -f '{{.Size}}' "$image" | awk '{printf "%.0f MB", $1/1e6}')" >&2
 }
 
 import() {  # image: the pause image, into the real node's containerd
@@ -179,7 +181,10 @@ case "$verb" in
     dockerd_up
     base_image
     build "$OPERATOR_IMAGE" Dockerfile operator
-    build "$TRAINER_IMAGE" trainer_image/Dockerfile trainer
+    # TORCH_VARIANT (cu126, cu128, cu130, cpu: docs/gpu.md) picks torch's CUDA build; passed
+    # only when set, so the default build's cached layers stay valid.
+    build "$TRAINER_IMAGE" trainer_image/Dockerfile trainer \
+      ${TORCH_VARIANT:+--build-arg "TORCH_VARIANT=$TORCH_VARIANT"}
     [ "$WITH_CUSTOM" != 1 ] || build "$CUSTOM_IMAGE" examples/custom-image/Dockerfile custom-example
     [ "$verb" != all ] || push_all
     ;;

@@ -5,6 +5,7 @@ bench: ## run every benchmark (CPU; the GPU ones record "skipped" without CUDA) 
 	$(PY) bench/trainer_throughput.py
 	$(PY) bench/pipeline_bubble.py
 	$(PY) bench/hetero_memory.py
+	$(PY) bench/async_checkpoint.py
 	$(PY) bench/gpu.py
 	$(PY) bench/operator_scale.py
 	$(PY) bench/admission.py --cluster

@@ -5,8 +5,11 @@ Two forms live side by side in one directory (DTJ_CHECKPOINT_DIR):
     step-000000150.pt   full state, written by rank 0 alone: torch.save of {"format": 1,
                         "step": 150, "strategy": "DataParallel", "world_size": 2,
                         "time": <unix seconds>, "state": <strategy state>}
-    step-000000200/     sharded state (FSDP, CPUOffload), written by every rank in parallel
-                        with torch.distributed.checkpoint (`dtjob_trainer.sharded`):
+    step-000000200/     sharded state (FSDP, CPUOffload, and the pipelines on torch's
+                        schedules: Pipeline with GPipe, 1F1B or Interleaved1F1B,
+                        ModelParallel, Hybrid, with or without tensorParallel), written by
+                        every rank in parallel with torch.distributed.checkpoint
+                        (`dtjob_trainer.sharded`, strategies/stage_ckpt.py):
                         __<rank>_0.distcp shards, DCP's .metadata, and checkpoint.json
                         ({"format": 2, "step", "strategy", "world_size", "time"})
     latest              the name of the newest complete checkpoint
@@ -16,7 +19,17 @@ is written into `.step-<step>.partial/` and renamed to `step-<step>/` by rank 0 
 every rank's shards are in it (DCP's save returns on rank 0 once all ranks have written)
 and checkpoint.json is written; a directory without checkpoint.json is never used. `latest`
 is replaced afterwards, so a crash at any moment leaves the previous checkpoint as `latest`,
-never a half-written one. `step` counts completed optimizer steps.
+never a half-written one. `step` counts completed optimizer steps. The training loop writes
+sharded checkpoints in the background (`dtjob_trainer.async_checkpoint`): rank 0 then calls
+`commit_sharded` from the save's done-callback, on another thread, while the training thread
+does not touch the directory until it waits for that save (one save in flight at a time).
+
+Every sharded checkpoint has one layout, parameters and optimizer state keyed by the full
+model's parameter names, so FSDP, CPUOffload, DataParallel (reading whole tensors) and the
+pipelines above read each other's at any process count or layout. The other strategies
+(ParameterServer, the asynchronous and heterogeneous pipelines: PipeDream, PipeDream2BW,
+roles.stage.groups) write and read full checkpoints only (`sharded_refusal`); the
+pipelines still read full checkpoints written before they wrote sharded ones.
 """
 
 from __future__ import annotations
@@ -72,9 +85,11 @@ class Checkpoint:
 def sharded_refusal(name: str, reader: str) -> str:
     """Why `reader` cannot resume from the sharded checkpoint `name`, and what to do."""
     return (
-        f"checkpoint.claimName: the latest checkpoint, {name}, is sharded (written by FSDP or "
-        f"CPUOffload) and {reader} reads only full checkpoints; resume with FSDP, CPUOffload "
-        "or DataParallel, or use an empty checkpoint directory"
+        f"checkpoint.claimName: the latest checkpoint, {name}, is sharded (written by FSDP, "
+        f"CPUOffload, Pipeline, ModelParallel or Hybrid) and {reader} reads only full "
+        "checkpoints; resume with FSDP, CPUOffload, DataParallel, ModelParallel, Hybrid or "
+        "Pipeline (schedule GPipe, 1F1B or Interleaved1F1B, without roles.stage.groups), or "
+        "use an empty checkpoint directory"
     )
 
 

@@ -15,7 +15,10 @@ A strategy describes itself with a `Trainable` and calls `run_loop(ctx, trainabl
 5. checkpoints every `checkpoint.everySteps`, at the end, and when any rank saw SIGTERM
    (then raises `Preempted`, exit 143): `state_dict()` is a collective returning the full
    state on rank 0, which must contain "model" (full parameters by name); a strategy with
-   `save_sharded` writes a sharded checkpoint instead, every rank its own shards;
+   `save_sharded` writes a sharded checkpoint instead, every rank its own shards, in the
+   background (`async_checkpoint`): training goes on while they are written, and the
+   checkpoint of the end or of SIGTERM is waited for, so it is committed before the
+   process exits;
 6. evaluates held-out accuracy (`evaluate()`, a collective, result on rank 0).
 """
 
@@ -31,6 +34,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.api import CheckpointException
 
+from dtjob_trainer.async_checkpoint import AsyncSaver
 from dtjob_trainer.checkpoint import sharded_refusal
 from dtjob_trainer.console import Console
 from dtjob_trainer.context import RunContext, RunResult
@@ -38,7 +42,7 @@ from dtjob_trainer.data import epoch_of
 from dtjob_trainer.dist import broadcast_object
 from dtjob_trainer.errors import ConfigError, Preempted, ReplicaMismatch, TrainerError
 from dtjob_trainer.progress import utc_now
-from dtjob_trainer.sharded import ShardedState, load_sharded, save_sharded
+from dtjob_trainer.sharded import ShardedState, load_sharded
 
 # Upper bound on steps between stop-flag checks: SIGTERM is honoured within this many
 # steps even when the log interval is long, while one small collective per 10 steps costs
@@ -162,6 +166,12 @@ def run_loop(ctx: RunContext, t: Trainable) -> RunResult:
     verify = ctx.options.verify_replicas and t.replica is not None
 
     start = _resume(ctx, t)
+    saver = None
+    if t.save_sharded:
+        assert t.sharded is not None, "save_sharded needs the sharded state"
+        saver = AsyncSaver(
+            ctx.checkpoints, t.sharded, t.name, ctx.rank, ctx.world_size, t.sync_group
+        )
     ctx.history.resume(start)
     lr = ctx.cfg.trainer.optimizer.lr  # constant: the trainer has no LR schedule
     result = RunResult(strategy=t.name, steps=start, start_step=start)
@@ -199,13 +209,25 @@ def run_loop(ctx: RunContext, t: Trainable) -> RunResult:
         if due_ckpt or stop:
             result.train_seconds += time.perf_counter() - timer
             result.train_cpu_seconds += time.process_time() - cpu_timer
-            state, written = _checkpoint(ctx, t, step)
+            try:
+                state, written = _checkpoint(ctx, t, saver, step, final=stop or step == total)
+            except TrainerError as exc:
+                if not stop:
+                    raise
+                # Still a preemption (exit 143, a restart that does not count as a failure):
+                # the previous checkpoint stays `latest` and the restart resumes from it.
+                raise Preempted(f"stopped by SIGTERM after step {step}; {exc}") from exc
             timer, cpu_timer = time.perf_counter(), time.process_time()
             last_ckpt = step
             if written:
                 ctx.reporter.update(
                     force=True, lastCheckpointStep=last_ckpt, lastCheckpointTime=utc_now()
                 )
+        if saver is not None and (done := saver.committed()) is not None:
+            # A background save committed since the last sync point (rank 0 only).
+            ctx.reporter.update(
+                force=True, lastCheckpointStep=done[0], lastCheckpointTime=utc_now()
+            )
         if stop:
             raise Preempted(f"stopped by SIGTERM after step {step}; checkpoint written")
 
@@ -231,16 +253,20 @@ def run_loop(ctx: RunContext, t: Trainable) -> RunResult:
     return result
 
 
-def _checkpoint(ctx: RunContext, t: Trainable, step: int) -> tuple[dict[str, Any] | None, bool]:
-    """The full state if one was gathered, and whether (on rank 0) a checkpoint was kept."""
-    if t.save_sharded:
-        assert t.sharded is not None, "save_sharded needs the sharded state"
-        path = save_sharded(
-            ctx.checkpoints, t.sharded, step, t.name, ctx.rank, ctx.world_size, t.sync_group
-        )
-        if path is not None:
-            log.info("sharded checkpoint of step %d written to %s", step, path)
-        return None, path is not None
+def _checkpoint(
+    ctx: RunContext, t: Trainable, saver: AsyncSaver | None, step: int, final: bool
+) -> tuple[dict[str, Any] | None, bool]:
+    """The full state if one was gathered, and whether (on rank 0) a checkpoint of `step`
+    is kept now. A sharded save runs in the background and is reported once committed
+    (`AsyncSaver.committed`), except the final one (end of training, SIGTERM): that one is
+    waited for, so the process never exits before its last checkpoint is whole."""
+    if saver is not None:
+        if not final:
+            saver.start(step)
+            return None, False
+        outcome = saver.finish(step)
+        saver.committed()  # reported here, not again at the next sync point
+        return None, outcome.kind == "committed" and ctx.rank == 0
     state = t.state_dict()
     if ctx.rank == 0:
         assert state is not None, "state_dict() must return the state on rank 0"

@@ -13,7 +13,9 @@ Commit protocol (the directory layout is `dtjob_trainer.checkpoint`'s): rank 0 e
 the metadata after every rank reported its writes, then rank 0 checks that every shard
 file the metadata names is there and renames the directory to `step-N/`. When the
 directory is not shared by the pods (an emptyDir per pod), rank 0 sees only its own shards:
-the checkpoint is then dropped with a warning rather than committed incomplete.
+the checkpoint is then dropped with a warning rather than committed incomplete. The
+training loop runs the same protocol in the background (`dtjob_trainer.async_checkpoint`);
+`save_sharded` is the blocking form, for tools and tests.
 
 Checkpoints are read with `dcp_io.SafeReader` (no code runs from the checkpoint volume),
 and rank 0 checks that every shard file is whole before the ranks start reading
@@ -34,6 +36,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.checkpoint.filesystem import FileSystemWriter
+from torch.distributed.checkpoint.metadata import Metadata
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
@@ -69,6 +72,36 @@ class ShardedState:
         )
 
 
+def prepare_staging(
+    checkpoints: Checkpointer, step: int, rank: int, group: dist.ProcessGroup | None
+) -> Path:
+    """Collective: the empty staging directory of `step`, made by rank 0 before any rank
+    writes into it."""
+    staging = checkpoints.staging_dir(step)
+    if rank == 0:
+        # Left over by a save of the same step that did not complete (maybe at another
+        # world size): its shards must not mix with this one's.
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+    dist.barrier(group=group)
+    return staging
+
+
+def missing_files(metadata: Metadata, staging: Path) -> list[str]:
+    """Shard files the metadata names that rank 0 cannot see in `staging`."""
+    files = {info.relative_path for info in metadata.storage_data.values()}
+    return sorted(f for f in files if not (staging / f).is_file())
+
+
+def drop_message(step: int, missing: list[str], directory: Path) -> str:
+    """Why the checkpoint of `step` was dropped, and what to do."""
+    return (
+        f"checkpoint of step {step} dropped: shard files {', '.join(missing)} written by other "
+        f"ranks are not in {directory}, so the checkpoint directory is not shared by the "
+        "job's pods (use a ReadWriteMany claim in spec.checkpoint.claimName)"
+    )
+
+
 def save_sharded(
     checkpoints: Checkpointer,
     state: ShardedState,
@@ -78,34 +111,19 @@ def save_sharded(
     world_size: int,
     group: dist.ProcessGroup | None = None,
 ) -> Path | None:
-    """Collective: write the checkpoint of `step`; rank 0 returns its path once committed
-    (None elsewhere, and on rank 0 when the directory is not shared by every rank)."""
-    staging = checkpoints.staging_dir(step)
-    if rank == 0:
-        # Left over by a save of the same step that did not complete (maybe at another
-        # world size): its shards must not mix with this one's.
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
-    dist.barrier(group=group)
+    """Collective: write the checkpoint of `step` and wait for it; rank 0 returns its path
+    once committed (None elsewhere, and on rank 0 when the directory is not shared by every
+    rank). The training loop saves in the background instead (`async_checkpoint`)."""
+    staging = prepare_staging(checkpoints, step, rank, group)
     metadata = dcp_save(
         state.state_dict(), storage_writer=FileSystemWriter(staging), process_group=group
     )
-    missing: list[str] = []
-    if rank == 0:
-        files = {info.relative_path for info in metadata.storage_data.values()}
-        missing = sorted(f for f in files if not (staging / f).is_file())
+    missing = missing_files(metadata, staging) if rank == 0 else []
     if broadcast_object(missing, group=group):
         # Every rank cleans its own view: on per-pod volumes rank 0 cannot reach the others.
         shutil.rmtree(staging, ignore_errors=True)
         if rank == 0:
-            log.warning(
-                "checkpoint of step %d dropped: shard files %s written by other ranks are not "
-                "in %s, so the checkpoint directory is not shared by the job's pods (use a "
-                "ReadWriteMany claim in spec.checkpoint.claimName)",
-                step,
-                ", ".join(missing),
-                checkpoints.directory,
-            )
+            log.warning(drop_message(step, missing, checkpoints.directory))
         return None
     if rank != 0:
         return None

@@ -19,9 +19,11 @@ def apply_block_options(
     backend: str = "inductor",
 ) -> nn.Sequential:
     """Checkpoint and/or compile every block of `model` in place, before any wrapper
-    (DDP, fully_shard) sees it. Both keep the parameter names (checkpoints, sharding and
-    the CPU equivalence tests rely on them): activation checkpointing is the composable,
-    non-reentrant one that FSDP2 supports, and compilation is `Module.compile`."""
+    (DDP, fully_shard) sees it or a pipeline cuts it into stages. Both keep the parameter
+    names (checkpoints, sharding, stage modules and the CPU equivalence tests rely on
+    them): activation checkpointing is the composable, non-reentrant one that FSDP2
+    supports and that a pipeline stage's backward recomputes micro-batch by micro-batch,
+    and compilation is `Module.compile`."""
     if not (activation_checkpointing or compile_blocks):
         return model
     from torch.distributed._composable.checkpoint_activation import checkpoint

@@ -66,3 +66,12 @@ def assert_losses_close(got: list[float], want: list[float], precision: str) -> 
     assert len(got) == len(want)
     tol = {"rtol": 0.0, "atol": 1e-10} if precision == "fp64" else {"rtol": 1e-5, "atol": 0.0}
     torch.testing.assert_close(torch.tensor(got), torch.tensor(want), **tol)
+
+
+def assert_run_equals_reference(result: dict[str, Any] | None, spec: dict[str, Any]) -> None:
+    """A launched run's result (`Outcome.result`) has the fp64 reference's losses and final
+    parameters."""
+    assert result is not None
+    ref = reference_run(spec)
+    assert_losses_close(result["losses"], ref.losses, "fp64")
+    assert_params_close(result["params"], ref.params, "fp64")

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from unit.trainer.harness import launch
-from unit.trainer.reference import assert_losses_close, assert_params_close, reference_run
+from unit.trainer.reference import assert_run_equals_reference
 from unit.trainer.test_custom_model import custom_spec, write_tokens
 
 
@@ -58,10 +58,7 @@ def test_synchronous_strategy_equals_single_process(name: str, tmp_path: Path) -
     spec = SYNC[name](write_tokens(tmp_path / "train.bin"))
     out = launch(spec, tmp_path)
     assert out.rc == 0, out.output
-    assert out.result is not None
-    ref = reference_run(spec)
-    assert_losses_close(out.result["losses"], ref.losses, "fp64")
-    assert_params_close(out.result["params"], ref.params, "fp64")
+    assert_run_equals_reference(out.result, spec)
 
 
 @pytest.mark.parametrize("name", list(ASYNC))

@@ -1,7 +1,7 @@
 """FSDP at scale, on CPU: a model built on the meta device and materialised shard by shard
 starts from exactly the single-process model's parameters while each rank allocates only
-its shards; a sharded checkpoint written by 4 processes resumes at 2 (FSDP, and
-DataParallel reading whole tensors) on the uninterrupted loss trajectory."""
+its shards; a sharded checkpoint written by 4 processes resumes at 2 (FSDP, DataParallel
+reading whole tensors, and a 2-stage Pipeline) on the uninterrupted loss trajectory."""
 
 from __future__ import annotations
 
@@ -106,11 +106,28 @@ def test_checkpoint_of_4_processes_resumes_at_2(
     assert_params_close(out.result["params"], ref.params, "fp64")
 
 
+def test_a_pipeline_resumes_from_it(written_by_4: Path, tmp_path: Path) -> None:
+    # Pipelines write and read FSDP's sharded layout (strategies/stage_ckpt.py).
+    spec = a_spec(
+        "Pipeline", workers=None, stages=2, steps=12, checkpoint_every=6,
+        optimizer={"type": "Adam", "lr": 0.01},
+    )  # fmt: skip
+    shutil.copytree(written_by_4, tmp_path / "job-ckpt")
+    out = launch(spec, tmp_path)
+    assert out.rc == 0, out.output
+    assert out.result is not None and out.result["start_step"] == 6
+    ref = reference_run(spec)
+    assert_losses_close(out.result["losses"], ref.losses[6:], "fp64")
+    assert_params_close(out.result["params"], ref.params, "fp64")
+
+
 def test_a_strategy_without_sharded_loading_refuses_clearly(
     written_by_4: Path, tmp_path: Path
 ) -> None:
-    spec = a_spec("Pipeline", workers=None, stages=2, steps=12)
+    # PipeDream's driver keeps full checkpoints only.
+    extra = {"pipeline": {"schedule": "PipeDream", "microbatches": 2}}
+    spec = a_spec("Pipeline", workers=None, stages=2, steps=12, strategy_extra=extra)
     shutil.copytree(written_by_4, tmp_path / "job-ckpt")
     out = launch(spec, tmp_path)
     assert out.rc == EXIT_CONFIG, out.output
-    assert "step-000000006, is sharded" in out.output and "Pipeline" in out.output
+    assert "step-000000006, is sharded" in out.output and "reads only full" in out.output

@@ -13,7 +13,7 @@ import pytest
 import torch
 from PIL import Image
 from unit.trainer.harness import a_spec, launch
-from unit.trainer.reference import assert_losses_close, assert_params_close, reference_run
+from unit.trainer.reference import assert_run_equals_reference
 
 from dtjob_trainer.config import load_config
 from dtjob_trainer.data import batch, load_dataset
@@ -137,10 +137,7 @@ def test_custom_model_on_an_image_folder_equals_single_process(tmp_path: Path) -
     spec = a_spec(model=image_model(4), dataset=dataset, codePath=CODE, batchSize=4, steps=6)
     out = launch(spec, tmp_path)
     assert out.rc == 0, out.output
-    assert out.result is not None
-    ref = reference_run(spec)
-    assert_losses_close(out.result["losses"], ref.losses, "fp64")
-    assert_params_close(out.result["params"], ref.params, "fp64")
+    assert_run_equals_reference(out.result, spec)
 
 
 @pytest.mark.parametrize("factory", ["tiny_models:blobs", "tiny_models:blob_pairs"])

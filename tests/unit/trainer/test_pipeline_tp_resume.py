@@ -1,6 +1,6 @@
-"""3-D parallelism checkpoints: full state under the unsplit model's parameter names (so
-they restore into another layout or strategy), and a SIGTERM + restart run that ends
-exactly where an uninterrupted one ends (fp64, 1e-10)."""
+"""3-D parallelism checkpoints: sharded, every tp rank writing its pieces under the unsplit
+model's parameter names (so they restore into another layout or strategy), and a SIGTERM +
+restart run that ends exactly where an uninterrupted one ends (fp64, 1e-10)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from unit.trainer.resume_check import resume_equals_reference
 
 from dtjob_trainer.checkpoint import Checkpointer
 from dtjob_trainer.errors import EXIT_PREEMPTED
+from dtjob_trainer.sharded import read_full
 
 MLP = {"type": "MLP", "hiddenSizes": [64, 64, 64]}
 ADAM = {"type": "Adam", "lr": 0.003}
@@ -35,9 +36,13 @@ def test_checkpoint_has_full_names_and_restores_into_other_layouts(tmp_path: Pat
     first = launch(spec, tmp_path)
     assert first.rc == 0, first.output
     ckpt = Checkpointer(first.checkpoint_dir).load_latest()
-    assert ckpt is not None and ckpt.step == 6 and not ckpt.sharded
-    # Whole tensors under the unsplit model's names: the reference's parameters at step 6.
-    assert_params_close(ckpt.state["model"], reference_run(spec).params, "fp64")
+    assert ckpt is not None and ckpt.step == 6 and ckpt.sharded and ckpt.path is not None
+    # Each of the 4 ranks (2 stages x tp 2) wrote its own pieces, read back as whole tensors
+    # under the unsplit model's names: the reference's parameters at step 6.
+    assert sorted(f.name for f in ckpt.path.glob("*.distcp")) == [
+        f"__{r}_0.distcp" for r in range(4)
+    ]
+    assert_params_close(read_full(ckpt.path)["model"], reference_run(spec).params, "fp64")
 
     # A pipeline without tensor parallelism continues the same training from it.
     longer = reference_run({**spec, "trainer": {**spec["trainer"], "steps": 9}})

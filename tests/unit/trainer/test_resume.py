@@ -6,6 +6,7 @@ checkpoints, FSDP and CPUOffload sharded ones (a directory of every rank's shard
 from __future__ import annotations
 
 import json
+import re
 import signal
 from pathlib import Path
 
@@ -42,6 +43,10 @@ def test_sigterm_then_resume_equals_uninterrupted(
     assert "SIGTERM" in stopped_run.output
     stopped_at = Checkpointer(ckpt).steps()[-1]
     assert 0 < stopped_at < steps
+    # The checkpoint is of the step the run stopped at, not an earlier one (a sharded save
+    # in flight at SIGTERM is waited for, then the stopping step's is written and committed).
+    said = re.search(r"stopped by SIGTERM after step (\d+)", stopped_run.output)
+    assert said is not None and int(said.group(1)) == stopped_at, stopped_run.output
     name = Checkpointer.file_name if strategy == "DataParallel" else Checkpointer.dir_name
     assert (ckpt / LATEST).read_text() == name(stopped_at)
     assert (ckpt / name(stopped_at)).is_dir() == (strategy != "DataParallel")

@@ -28,7 +28,7 @@ from dtjob_trainer.data import batch
 from dtjob_trainer.dist import broadcast_object
 from dtjob_trainer.evaluate import eval_autocast, scored_rows
 from dtjob_trainer.loop import Trainable, run_loop
-from dtjob_trainer.models import loss_fn, split_into_stages
+from dtjob_trainer.models import loss_fn
 from dtjob_trainer.optim import build_optimizer
 from dtjob_trainer.strategies.pipedream_schedule import (
     Action,
@@ -37,6 +37,7 @@ from dtjob_trainer.strategies.pipedream_schedule import (
 )
 from dtjob_trainer.strategies.pipedream_stage import PipeDreamStage
 from dtjob_trainer.strategies.pipeline import merge_stage_states, select_optimizer_state
+from dtjob_trainer.strategies.stage_build import build_own_stages
 
 ASYNC_SCHEDULES = (PipelineSchedule.PIPEDREAM, PipelineSchedule.PIPEDREAM_2BW)
 
@@ -72,8 +73,10 @@ def initial_store(
 def build_stage(
     ctx: RunContext, num_stages: int, stage: int
 ) -> tuple[PipeDreamStage, torch.optim.Optimizer]:
-    """This rank's stage of the configured model, on the device, with its optimizer."""
-    module = split_into_stages(ctx.build_model(), num_stages)[stage].to(ctx.device)
+    """This rank's stage of the configured model, on the device, with its optimizer. Only
+    this stage's blocks are built (strategies/stage_build.py)."""
+    own, _ = build_own_stages(ctx.cfg, ctx.dtype, num_stages, [stage])
+    module = own[0].to(ctx.device)
     optimizer = build_optimizer(list(module.parameters()), ctx.cfg.trainer.optimizer)
     driver = PipeDreamStage(
         module, stage, num_stages, ctx.device, loss_fn, optimizer.step, ctx.autocast

@@ -14,6 +14,12 @@ pipeline into the training loop. Rank 0 holds stage 0; the loss lives on the ran
 the last stage, and the loop's all-reduce brings it to rank 0. With a `StageTP`
 (strategies/pipeline_tp.py: Pipeline and Hybrid with strategy.tensorParallel) every stage
 is split over its tp peers (strategies/stage_tp.py).
+
+Each process builds only its own stages (strategies/stage_build.py) and checkpoints are
+sharded: every stage rank writes its own blocks under the full model's names, in FSDP's
+layout (strategies/stage_ckpt.py), so a checkpoint resumes at another stage count, dp
+size or tp size, under FSDP, CPUOffload or DataParallel, and back. Full checkpoints of
+earlier versions still load (`load_state_dict`).
 """
 
 from __future__ import annotations
@@ -47,6 +53,8 @@ from dtjob_trainer.evaluate import eval_autocast, scored_rows
 from dtjob_trainer.loop import Trainable, run_loop
 from dtjob_trainer.models import loss_fn, split_into_stages
 from dtjob_trainer.optim import build_optimizer
+from dtjob_trainer.strategies.stage_build import build_own_stages
+from dtjob_trainer.strategies.stage_ckpt import StageShardedState
 from dtjob_trainer.strategies.stage_tp import (
     StageTP,
     full_stage_state,
@@ -118,9 +126,22 @@ def build_pipeline(
     tp: StageTP | None = None,
 ) -> tuple[_PipelineSchedule, list[nn.Sequential]]:
     """The schedule and this rank's stage modules (moved to `device`, split over `tp`
-    when given) for `plan`."""
+    when given) for `plan`, cut from the whole `model` (tests; training builds only its
+    own stages and calls `schedule_stages`)."""
     all_stages = split_into_stages(model, plan.num_stages)
-    mine = [all_stages[i].to(device) for i in plan.stage_indices()]
+    return schedule_stages([all_stages[i] for i in plan.stage_indices()], plan, device, group, tp)
+
+
+def schedule_stages(
+    modules: list[nn.Sequential],
+    plan: PipelinePlan,
+    device: torch.device,
+    group: dist.ProcessGroup | None = None,
+    tp: StageTP | None = None,
+) -> tuple[_PipelineSchedule, list[nn.Sequential]]:
+    """The schedule of `plan` over this rank's stage `modules` (`plan.stage_indices()`, in
+    order), and the modules moved to `device` and split over `tp` when given."""
+    mine = [module.to(device) for module in modules]
     if tp is not None:
         mine = [parallelize_stage(module, tp) for module in mine]
     stages: list[_PipelineStageBase] = [
@@ -208,7 +229,10 @@ def run_pipeline(
     (rank order (pp_index * dp + dp_index) * tp + tp_index)."""
     cfg = ctx.cfg.trainer
     device = ctx.device
-    schedule, stages = build_pipeline(ctx.build_model(), plan, device, pp_group, tp)
+    # Only this rank's stages are ever built (strategies/stage_build.py).
+    own, names = build_own_stages(ctx.cfg, ctx.dtype, plan.num_stages, plan.stage_indices())
+    schedule, stages = schedule_stages(own, plan, device, pp_group, tp)
+    del own
     local = local_module(stages)
     params = list(local.parameters())
     optimizer = build_optimizer(params, cfg.optimizer)
@@ -234,6 +258,8 @@ def run_pipeline(
         return torch.stack([loss.detach() for loss in losses]).mean().double().cpu() / dp_size
 
     def state_dict() -> dict[str, Any] | None:
+        # The whole state gathered on rank 0: the loop asks for it for the result file
+        # only, since checkpoints are sharded.
         mine = None
         if dp_rank == 0 and tp is not None:
             full = full_stage_state(local, optimizer)  # collective over the tp peers
@@ -281,7 +307,11 @@ def run_pipeline(
             name=name,
             step=step,
             state_dict=state_dict,
+            # Checkpoints are sharded, every stage rank writing its own blocks
+            # (strategies/stage_ckpt.py); full ones of earlier versions still load.
             load_state_dict=load_state_dict,
+            sharded=StageShardedState(local, optimizer, names),
+            save_sharded=True,
             evaluate=evaluate,
             samples_per_step=cfg.batchSize,
         ),

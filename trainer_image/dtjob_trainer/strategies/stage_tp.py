@@ -4,8 +4,11 @@ strategy.tensorParallel is set (strategies/pipeline_tp.py builds the mesh).
 Each stage module is split over its tp ranks with the model's Megatron plan restricted to
 the stage (models/tp_plan.stage_plan), so what crosses a stage boundary is always the full
 activation: every tp rank of stage s sends its (identical) output to the rank of stage
-s + 1 with the same tp index, and the gradient comes back the same way. Checkpoints stay
-full tensors under the unsplit model's names, as every pipeline checkpoint is.
+s + 1 with the same tp index, and the gradient comes back the same way. Checkpoints are
+sharded (strategies/stage_ckpt.py): the split parameters are DTensors, which DCP stores as
+pieces of the unsplit tensors under the unsplit model's names, as every pipeline
+checkpoint is. `full_stage_state` gathers whole tensors for the result file, and
+`load_stage_state` restores from full checkpoints of earlier versions.
 """
 
 from __future__ import annotations

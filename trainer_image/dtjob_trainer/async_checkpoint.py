@@ -1,0 +1,272 @@
+"""Asynchronous sharded checkpoints: training goes on while the shards are written.
+
+`AsyncSaver.start(step)` copies each rank's shards of the model and optimizer to host
+memory (DCP's staging: on a GPU the device memory is free again for training; on a CPU
+run the copy is what keeps the next optimizer step from changing tensors being written),
+then `torch.distributed.checkpoint.async_save` writes them from a background thread while
+`start` returns to the training loop.
+
+The commit protocol is `sharded.save_sharded`'s, moved off the training thread: rank 0's
+future completes only after every rank reported its writes and rank 0 wrote the metadata,
+and rank 0 then checks every shard file the metadata names and renames
+`.step-N.partial/` to `step-N/` and points `latest` at it, in the future's done-callback,
+so a checkpoint is committed as soon as it is whole, not one interval later.
+
+Why the pieces are as they are:
+
+- The background save's collectives run over a gloo group of their own (made once,
+  collectively, by `checkpoint_group`): sharing the training group would interleave them
+  with the training collectives in a different order on each rank (a hang or corrupted
+  data), and NCCL groups cannot move host tensors at all.
+- At most one save is in flight: `start` first waits for the previous one. Two would need
+  two host copies of the shards (the reused staging buffers would be overwritten while
+  being written), race for the background group, and let an older save's commit
+  overwrite `latest` after a newer one's. Waiting is also what keeps the commit's
+  rename from racing the next save of the same directory.
+- `wait` is collective and only then tells every rank the outcome, over the checkpoint
+  group (idle by then): a rank cannot observe another's view of the directory, and on
+  per-pod volumes each rank must remove its own shards of a dropped save.
+- A failed background write (DCP gathers every rank's outcome, so all ranks see it) is
+  logged with its error and leaves the previous checkpoint as `latest`; training goes on
+  and the next save tries again, but two failures in a row end the run (the storage is
+  broken, not blipping), as does a failure of the final save (at SIGTERM the loop turns
+  that into a preemption all the same).
+- Staging copies into host buffers made once (`HostStager`): see its docstring.
+- Always on for the loop's sharded saves, with no spec field: what is written and when it
+  counts as committed are those of a blocking save, so there is no numerics or safety
+  trade-off for a user to choose, only host memory (one copy of a rank's shards).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed._state_dict_utils import (
+    CompanionMismatch,
+    _copy_state_dict,
+    _create_cpu_state_dict,
+)
+from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.filesystem import FileSystemWriter
+from torch.distributed.checkpoint.metadata import Metadata
+from torch.distributed.checkpoint.staging import BlockingAsyncStager
+from torch.distributed.checkpoint.state_dict_saver import async_save
+from torch.distributed.checkpoint.storage import StorageWriter
+
+from dtjob_trainer.checkpoint import Checkpointer
+from dtjob_trainer.dist import COLLECTIVE_TIMEOUT, broadcast_object
+from dtjob_trainer.errors import TrainerError
+from dtjob_trainer.sharded import ShardedState, drop_message, missing_files, prepare_staging
+
+log = logging.getLogger(__name__)
+
+MAX_FAILURES_IN_A_ROW = 2
+
+Writer = Callable[[Path], StorageWriter]
+
+
+def checkpoint_group(group: dist.ProcessGroup | None) -> dist.ProcessGroup:
+    """Collective over `group` (None: every rank): a gloo group of the same ranks for the
+    background saves alone. Only its members call it (local synchronisation), so a
+    strategy whose loop runs on a subset of ranks can have one too."""
+    ranks = dist.get_process_group_ranks(group) if group is not None else None
+    made: dist.ProcessGroup | None = dist.new_group(
+        ranks=ranks,
+        backend="gloo",
+        timeout=COLLECTIVE_TIMEOUT,
+        use_local_synchronization=ranks is not None,
+    )
+    assert made is not None, "every rank of the loop is a member"
+    return made
+
+
+class HostStager(BlockingAsyncStager):
+    """Stages a state into host buffers made once and reused by every save.
+
+    DCP's default stager allocates fresh host tensors for every save (for a CPU DTensor it
+    even deep-copies it first, then copies again), which on CPU blocked the loop longer
+    than a blocking save's whole write (`bench/async_checkpoint.py`). Reusing the buffers
+    is safe because at most one save is in flight: the previous save has been written
+    before the next one copies into them. They are pinned when CUDA is present (faster
+    device-to-host copies, pinned once). The price: one host copy of the rank's shards is
+    held for the rest of the run.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(cache_staged_state_dict=True)
+
+    def stage(self, state_dict: dict[str, Any]) -> dict[str, Any]:
+        """Copy `state_dict` into the host buffers (made anew if its layout changed)."""
+        if self.state_dict_cache is not None:
+            try:
+                return _copy_state_dict(state_dict, self.state_dict_cache)
+            except (CompanionMismatch, RuntimeError):
+                self.state_dict_cache = None  # keys or shapes changed: new buffers
+        pin = torch.cuda.is_available()
+        self.state_dict_cache = _create_cpu_state_dict(state_dict, pin_memory=pin)
+        return _copy_state_dict(state_dict, self.state_dict_cache)
+
+
+@dataclass
+class _Pending:
+    """A save in flight, and (rank 0) what its done-callback made of it."""
+
+    step: int
+    future: Future[Metadata]
+    settled: threading.Event = field(default_factory=threading.Event)
+    outcome: str = "failed"  # "committed" | "dropped" | "failed"
+    path: Path | None = None
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a save ended, the same on every rank; `path` only on rank 0."""
+
+    step: int
+    kind: str
+    path: Path | None = None
+    error: str = ""
+
+
+class AsyncSaver:
+    """Sharded checkpoints of one training loop, written in the background; see the module
+    docstring. `start` and `wait` are collectives of the loop's ranks."""
+
+    def __init__(
+        self,
+        checkpoints: Checkpointer,
+        state: ShardedState,
+        strategy: str,
+        rank: int,
+        world_size: int,
+        group: dist.ProcessGroup | None = None,
+        writer: Writer | None = None,
+    ) -> None:
+        self.checkpoints, self.state, self.strategy = checkpoints, state, strategy
+        self.rank, self.world_size, self.group = rank, world_size, group
+        self.writer = writer or FileSystemWriter  # looked up now: tests swap in a slow one
+        self.background = checkpoint_group(group)
+        self.stager = HostStager()
+        self._pending: _Pending | None = None
+        self._newest: tuple[int, Path] | None = None  # rank 0: set by the done-callback
+        self._reported: tuple[int, Path] | None = None
+        self._failures = 0
+
+    def start(self, step: int) -> Outcome | None:
+        """Collective: wait for the previous save (its outcome is returned), then stage this
+        rank's shards of `step` in host memory and write them in the background."""
+        previous = self.wait()
+        staging = prepare_staging(self.checkpoints, step, self.rank, self.group)
+        # The copy to host memory is done here, on the training thread, before async_save
+        # returns: what the next optimizer step changes is not what is being written.
+        future = async_save(
+            self.state.state_dict(),
+            storage_writer=self.writer(staging),
+            process_group=self.background,
+            async_stager=self.stager,
+        )
+        assert isinstance(future, Future), "a blocking stager returns the upload's future"
+        pending = _Pending(step, future)
+        if self.rank == 0:
+            future.add_done_callback(lambda f: self._settle(pending, f))
+        self._pending = pending
+        return previous
+
+    def wait(self) -> Outcome | None:
+        """Collective: block until the save in flight (if any) has ended and, on rank 0,
+        been committed or dropped; its outcome, alike on every rank."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return None
+        pending.future.exception()  # wait; rank 0's callback logs the error
+        if self.rank == 0:
+            # Not future.result(): a future wakes its waiters before it runs its callbacks.
+            pending.settled.wait()
+        kind, error = broadcast_object((pending.outcome, pending.error), group=self.background)
+        outcome = Outcome(pending.step, kind, pending.path, error)
+        if kind != "committed":
+            # Every rank cleans its own view: on per-pod volumes rank 0 cannot reach the others.
+            shutil.rmtree(self.checkpoints.staging_dir(pending.step), ignore_errors=True)
+        if kind != "failed":
+            self._failures = 0
+            return outcome
+        self._failures += 1
+        if self._failures >= MAX_FAILURES_IN_A_ROW:
+            raise TrainerError(
+                f"{self._failures} checkpoints in a row could not be written to "
+                f"{self.checkpoints.directory}, the last (step {pending.step}): {error}"
+            )
+        return outcome
+
+    def finish(self, step: int) -> Outcome:
+        """Collective: save `step` and wait until it is committed (end of training,
+        SIGTERM); TrainerError when it could not be written."""
+        self.start(step)
+        outcome = self.wait()
+        assert outcome is not None
+        if outcome.kind == "failed":
+            raise TrainerError(
+                f"the checkpoint of step {step} could not be written to "
+                f"{self.checkpoints.directory}: {outcome.error}"
+            )
+        return outcome
+
+    def committed(self) -> tuple[int, Path] | None:
+        """Rank 0, without blocking: (step, path) of the newest checkpoint committed since
+        the last call (for progress reports), else None."""
+        newest = self._newest
+        if newest is None or newest is self._reported:
+            return None
+        self._reported = newest
+        return newest
+
+    def _settle(self, pending: _Pending, future: Future[Metadata]) -> None:
+        """Rank 0's done-callback (on the background thread): commit the save or say why
+        not. Nothing may escape: a callback's exception is only logged by the executor."""
+        step, staging = pending.step, self.checkpoints.staging_dir(pending.step)
+        try:
+            exc = future.exception()
+            if exc is not None:
+                raise exc
+            missing = missing_files(future.result(), staging)
+            if missing:
+                shutil.rmtree(staging, ignore_errors=True)
+                log.warning(drop_message(step, missing, self.checkpoints.directory))
+                pending.outcome = "dropped"
+            else:
+                pending.path = self.checkpoints.commit_sharded(step, self.strategy, self.world_size)
+                pending.outcome = "committed"
+                self._newest = (step, pending.path)
+                log.info("sharded checkpoint of step %d written to %s", step, pending.path)
+        except BaseException as exc:  # reported to every rank by wait()
+            shutil.rmtree(staging, ignore_errors=True)
+            pending.outcome, pending.error = "failed", _first_line(exc)
+            log.error(
+                "checkpoint of step %d could not be written in the background (%s); the "
+                "previous checkpoint stays the latest",
+                step,
+                pending.error,
+            )
+        finally:
+            pending.settled.set()
+
+
+def _first_line(exc: BaseException) -> str:
+    """One line that names the error: DCP's CheckpointException carries each failed rank's
+    exception and would otherwise print only its tracebacks."""
+    if isinstance(exc, CheckpointException):
+        return "; ".join(
+            f"rank {rank}: {_first_line(cause)}" for rank, (cause, _) in exc.failures.items()
+        )
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
