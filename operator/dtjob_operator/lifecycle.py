@@ -41,8 +41,9 @@ Reading order (each step returns when it decides):
    Failed with the pods' own reason (ImagePullBackOff, FailedMount, ...).
 9. Otherwise start the gang (Pending, Queued, Restarting, resumed): wait for admission
    (phase Queued with the admission's message and status.queuePosition), for the restart
-   backoff, and for every pod of an older gang to be gone (the new pods reuse their
-   names), then create the whole gang at once -> Starting.
+   backoff, for every pod of an older gang to be gone (the new pods reuse their names)
+   and, for a gang restarted after a failure, for an admission pass to find that it still
+   fits (it may have lost its node), then create the whole gang at once -> Starting.
 
 A job is never stuck: every waiting branch returns a requeue_after.
 """
@@ -369,6 +370,10 @@ class _Planner(PlanState):
         )
         if not waiting and stale_pods(self.o.pods, self.restarts):
             waiting = self.settings.resync_seconds  # old pods still hold the names
+        if not waiting and self.o.refit_pending and not self.gang:
+            # A restarted gang is created only once an admission pass has checked it against
+            # what is free now (it may no longer fit); the pass wakes this job.
+            waiting = self.settings.resync_seconds
         if waiting:
             self.phase = (
                 JobPhase.RESTARTING if self.prior_phase == JobPhase.RESTARTING else JobPhase.PENDING

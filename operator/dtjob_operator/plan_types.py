@@ -38,6 +38,9 @@ class Observed:
     """The job's position in its namespace's admission queue while it waits."""
     preempted: str | None = None
     """Set by the admission to suspend this job for a higher-priority one: the message."""
+    refit_pending: bool = False
+    """An admitted gang restarted after a failure, not yet checked by an admission pass
+    against what is free now: its pods wait (admission/controller.py, _awaits_refit)."""
     checkpoint_claim: Mapping[str, Any] | None = None
     """The PersistentVolumeClaim spec.checkpoint.claimName names, as the API returns it;
     None when the job names none or the claim does not exist."""

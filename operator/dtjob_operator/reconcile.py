@@ -300,6 +300,9 @@ class Reconciler:
             }
             if view.reason:
                 admission["admission_reason"] = view.reason
+            if view.refit_pending:
+                admission["refit_pending"] = True
+                self.admission.request()  # the check it waits for (timer passes may sleep)
         # Read only when named: most jobs have no claim, and the get costs a round trip.
         claim_name = checkpoint_claim_name(job)
         observed = lifecycle.Observed(

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from dtjob_api.status import JobPhase
 from dtjob_operator.admission.decide import Decisions, Verdict, decide
 from dtjob_operator.admission.resources import Resources, gpu_units, pod_requests
 from dtjob_operator.admission.snapshot import (
@@ -65,6 +66,9 @@ class AdmissionView:
     reason: str = ""
     position: int | None = None
     preempted: str | None = None
+    refit_pending: bool = False
+    """An admitted gang restarted after a failure that no pass has checked since its old
+    pods went: it is created only once one has (decide.py, step 0)."""
 
 
 class AdmissionBook:
@@ -79,6 +83,7 @@ class AdmissionBook:
         self._verdicts: dict[str, Verdict] = {}
         self._preempt: dict[str, Verdict] = {}
         self._release: dict[str, tuple[int, Verdict]] = {}
+        self._refit: dict[str, int] = {}
         self._forgotten: dict[str, int] = {}
         self._epoch = 0
         self._cleared = -1
@@ -112,6 +117,11 @@ class AdmissionBook:
             }
             changed.extend(u for u in released if self._release.get(u) != released[u])
             self._release = released
+            for uid, generation in decisions.refit.items():
+                if self._forgotten.get(uid, -1) > since or self._refit.get(uid) == generation:
+                    continue
+                self._refit[uid] = generation
+                changed.append(uid)
         return changed
 
     def view(self, job: Obj) -> AdmissionView:
@@ -122,10 +132,13 @@ class AdmissionBook:
             preempt = self._preempt.get(uid)
             verdict = self._verdicts.get(uid)
             release = self._release.get(uid)
+            refit = self._refit.get(uid)
         if preempt is not None and status_admitted:
             return AdmissionView(False, preempted=preempt.message)
         if release is not None and _still_unstarted(job, release[0]):
             return AdmissionView(False, release[1].message, release[1].reason)
+        if status_admitted and _awaits_refit(job, refit):
+            return AdmissionView(True, refit_pending=True)
         if status_admitted or (verdict is not None and verdict.admit):
             return AdmissionView(True)
         if verdict is None:
@@ -157,6 +170,7 @@ class AdmissionBook:
             self._verdicts.pop(uid, None)
             self._preempt.pop(uid, None)
             self._release.pop(uid, None)
+            self._refit.pop(uid, None)
 
     def clear(self) -> None:
         """Drop every verdict (this replica stopped leading: another one admits now, and a
@@ -168,6 +182,7 @@ class AdmissionBook:
             self._verdicts.clear()
             self._preempt.clear()
             self._release.clear()
+            self._refit.clear()
 
     def __contains__(self, uid: object) -> bool:
         with self._lock:
@@ -184,6 +199,21 @@ def _still_unstarted(job: Obj, generation: int) -> bool:
     status = job.get("status") or {}
     return int(status.get("restarts") or 0) == generation and status.get("phase") not in (
         STARTED_PHASES
+    )
+
+
+def _awaits_refit(job: Obj, checked: int | None) -> bool:
+    """A gang restarted after a failure keeps its admission, but what it held may be gone
+    meanwhile (its node cordoned or lost, the quota lowered): it waits until a pass has
+    checked its generation against what is free now. Without this, the reconcile woken by
+    the last old pod's deletion created the new gang before any pass ran, and it hung in
+    Pending pods instead of waiting in the queue."""
+    status = job.get("status") or {}
+    generation = int(status.get("restarts") or 0)
+    return (
+        status.get("phase") == JobPhase.RESTARTING.value
+        and generation > 0
+        and (checked != generation)
     )
 
 

@@ -3,7 +3,8 @@ preempted. Pure: a Snapshot in, Decisions out.
 
 0. A restarted gang (admitted, its old pods gone, its new ones not created yet) is checked
    against what is free now, before anything else is placed: if it no longer fits (a node
-   was lost, the quota lowered) it is released back to the queue, keeping its place there.
+   was lost or cordoned, the quota lowered) it is released back to the queue, keeping its
+   place there; if it fits, the pass says so (`refit`), and only then is it created.
 1. What admitted jobs still reserve (gang pods not created, or created but not scheduled)
    comes off their namespace's quota room and is placed on the nodes first.
 2. Waiting jobs are taken in queue order (priority, then creation time). A job that can
@@ -67,6 +68,9 @@ class Decisions:
     """Admitted restarted gangs, not created yet, that no longer fit: back to the queue."""
     release_generation: dict[str, int] = field(default_factory=dict)
     """uid -> the gang generation a release was decided for."""
+    refit: dict[str, int] = field(default_factory=dict)
+    """Admitted restarted gangs, not created yet, that still fit: uid -> the gang generation
+    this pass checked (with its old pods gone). Only then does the reconcile create it."""
     keys: dict[str, tuple[str, str]] = field(default_factory=dict)
     """uid -> (namespace, name) of every job mentioned above."""
 
@@ -88,6 +92,9 @@ def decide(snapshot: Snapshot, *, preemption: bool) -> Decisions:
             result.keys[job.uid] = job.key
             result.release[job.uid] = Verdict(False, why[0], messages.no_longer_fits(why[1]))
             result.release_generation[job.uid] = job.restarted or 0
+        else:
+            result.keys[job.uid] = job.key
+            result.refit[job.uid] = job.restarted or 0
     for job in admitted:
         if job.restarted is not None:
             continue

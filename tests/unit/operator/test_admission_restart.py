@@ -8,7 +8,7 @@ from typing import Any
 from unit.operator.builders import T0, a_job, a_pod, at, pods
 from unit.operator.test_admission import node, snapshot, view
 
-from dtjob_operator.admission.controller import AdmissionBook
+from dtjob_operator.admission.controller import AdmissionBook, AdmissionView
 from dtjob_operator.admission.decide import Decisions, decide
 from dtjob_operator.admission.snapshot import build_snapshot, gang_pods, is_admitted
 from dtjob_operator.constants import REASON_INADMISSIBLE, REASON_WAITING_FOR_ADMISSION
@@ -30,6 +30,8 @@ def test_a_restarted_gang_that_still_fits_keeps_its_admission_and_its_room() -> 
     jobs = [restarted("r", created=0), view("next", 2, 4, created=1)]
     result = decide(snapshot(jobs, nodes=[node("n0", 8)]), preemption=False)
     assert result.release == {}
+    # The pass says which generation it checked: the reconcile creates it only then.
+    assert result.refit == {"r": 1} and result.keys["r"] == ("a", "r")
     # Its nodes are taken: the job behind it does not get them.
     assert result.verdicts["next"].admit is False
 
@@ -38,6 +40,7 @@ def test_a_restarted_gang_whose_node_is_gone_is_released_saying_it_can_never_fit
     # Two pods of 4 GPUs; the only Ready node left has 4.
     result = decide(snapshot([restarted("r")], nodes=[node("n0", 4)]), preemption=False)
     verdict = result.release["r"]
+    assert result.refit == {}
     assert verdict.admit is False and verdict.reason == REASON_INADMISSIBLE
     assert verdict.message.startswith("the restarted gang no longer fits (can never be admitted")
     assert result.release_generation["r"] == 1 and result.keys["r"] == ("a", "r")
@@ -121,7 +124,50 @@ def test_book_release_applies_to_its_gang_generation_before_the_pods_exist() -> 
     assert book.view(job).admitted is True
 
 
+def test_book_holds_a_restarted_gang_until_a_pass_has_checked_its_generation() -> None:
+    # The reconcile woken by the last old pod's deletion ran before any pass: it created the
+    # new gang on a cordoned node, where it hung Pending (seen in CI).
+    book = AdmissionBook()
+    job = _job()
+    job["metadata"]["uid"] = "r"
+    v = book.view(job)
+    assert v.admitted is True and v.refit_pending is True
+    # A pass that checked generation 1 (its old pods gone) and found it fits lets it start.
+    fits = decide(snapshot([restarted("r")], nodes=[node("n0", 8)]), preemption=False)
+    assert book.record(fits, book.epoch()) == ["r"]
+    assert book.view(job).refit_pending is False
+    assert book.record(fits, book.epoch()) == []  # the same news wakes nobody twice
+    # Generation 2 (it failed again) waits for its own check; other phases never wait.
+    again = {**job, "status": {**job["status"], "restarts": 2}}
+    assert book.view(again).refit_pending is True
+    for phase in ("Starting", "Running", "Pending"):
+        other = {**again, "status": {**again["status"], "phase": phase}}
+        assert book.view(other) == AdmissionView(True)
+    # A first gang (restarts 0) was checked by the pass that admitted it.
+    assert book.view(_job(restarts=0)).refit_pending is False
+    book.forget("r")
+    assert book.view(job).refit_pending is True
+
+
 # -- planner --------------------------------------------------------------------------------
+
+
+def test_planner_creates_a_restarted_gang_only_once_a_pass_has_checked_it() -> None:
+    job = _restarting()
+    held = plan(Observed(job=job.obj(), pods=[], now=at(0), refit_pending=True), SETTINGS)
+    assert [m for m in held.create if m["kind"] == "Pod"] == []
+    assert held.status["phase"] == "Restarting"
+    assert held.requeue_after is not None and held.requeue_after > 0
+    checked = plan(Observed(job=job.obj(), pods=[], now=at(0)), SETTINGS)
+    assert {m["metadata"]["name"] for m in checked.create if m["kind"] == "Pod"} == {
+        "j-worker-0", "j-worker-1"
+    }  # fmt: skip
+    # A gang created before the check's news (the status write was lost) is completed, not
+    # held for a pass that would never call it restarted.
+    created = a_pod(job, "worker", 0, generation=1).running()
+    partial = plan(Observed(job=job.obj(), pods=pods(created), now=at(0), refit_pending=True),
+                   SETTINGS)  # fmt: skip
+    assert [m["metadata"]["name"] for m in partial.create if m["kind"] == "Pod"] == ["j-worker-1"]
 
 
 def test_planner_puts_a_released_restarted_gang_back_in_the_queue_with_a_warning() -> None:
