@@ -75,8 +75,10 @@ CASES: dict[str, dict[str, Any]] = {
     # rank on a busy machine) to land before the end.
     "Hogwild": _spec("Hogwild", 3000, {"type": "SGD", "lr": 0.1}, hogwildProcesses=HOGWILD),
     # A restarted EASGD worker starts at the centre: momentum and alpha = lr * rho = 0.1 get
-    # the centre well below the initial loss by STOP_AFTER steps.
-    "EASGD": _spec("EASGD", 300, {"type": "SGD", "lr": 0.05, "momentum": 0.9}, rho=2.0, tau=TAU),
+    # the centre well below the initial loss by STOP_AFTER steps. An exchange every tau
+    # steps leaves a worker mostly on its own: with 300 steps one was seen to finish them
+    # all before SIGTERM reached it on a loaded machine, hence 600.
+    "EASGD": _spec("EASGD", 600, {"type": "SGD", "lr": 0.05, "momentum": 0.9}, rho=2.0, tau=TAU),
 }
 
 
