@@ -121,7 +121,7 @@ class ModelSpec(ApiModel):
     vocabSize: int = Field(default=256, ge=2, le=1048576)
     """GPT: vocabulary size of the synthetic tokens."""
     factory: Factory | None = None
-    """Custom: "module:callable" returning an nn.Sequential of blocks."""
+    """Custom: "module:callable" returning an nn.Sequential of blocks, or yielding them."""
     kwargs: Kwargs | None = None
     """Custom: keyword arguments of the factory."""
 

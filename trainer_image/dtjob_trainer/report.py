@@ -25,9 +25,10 @@ whole at a coarser resolution) written as the `history.json` key of the ConfigMa
 DTJ_HISTORY_CONFIGMAP at most every `DTJ_HISTORY_INTERVAL` seconds (default 30). A restarted
 process continues the curve it finds there, dropping the points at and after its first step.
 
-Standard library only, and one file, so that any image can carry it. Adapters for Hugging
-Face Transformers (`hf_callback()`) and Lightning (`lightning_callback()`) import their
-framework only when called.
+Standard library only, and one file, so that any image can carry it (which is why it is
+longer than the house's other modules: splitting it would make users copy several).
+Adapters for Hugging Face Transformers (`hf_callback()`) and Lightning
+(`lightning_callback()`) import their framework only when called.
 """
 
 from __future__ import annotations

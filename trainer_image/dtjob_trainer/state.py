@@ -65,3 +65,14 @@ def load_full_state(
         set_optimizer_state_dict(
             model, optimizer, state["optimizer"] if state else {}, options=options
         )
+
+
+def select_optimizer_state(state: dict[str, Any], names: set[str]) -> dict[str, Any]:
+    """The part of a name-keyed optimizer state that belongs to the parameters `names`."""
+    groups = [
+        {**g, "params": [p for p in g["params"] if p in names]} for g in state["param_groups"]
+    ]
+    return {
+        "state": {k: v for k, v in state["state"].items() if k in names},
+        "param_groups": groups,
+    }

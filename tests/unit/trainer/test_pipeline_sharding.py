@@ -26,7 +26,8 @@ from dtjob_trainer.dcp_io import SafeReader
 from dtjob_trainer.models import build_model, loss_fn, split_into_stages
 from dtjob_trainer.optim import build_optimizer
 from dtjob_trainer.sharded import read_full
-from dtjob_trainer.strategies.pipeline import merge_stage_states, select_optimizer_state
+from dtjob_trainer.state import select_optimizer_state
+from dtjob_trainer.strategies.pipeline import merge_stage_states
 from dtjob_trainer.strategies.stage_build import build_own_stages
 
 ADAM = {"type": "Adam", "lr": 0.01}
@@ -65,7 +66,8 @@ from dtjob_trainer.config import load_config
 from dtjob_trainer.data import batch, load_dataset
 from dtjob_trainer.dcp_io import SafeReader
 from dtjob_trainer.models import build_model
-from dtjob_trainer.strategies.pipeline import merge_stage_states, select_optimizer_state
+from dtjob_trainer.state import select_optimizer_state
+from dtjob_trainer.strategies.pipeline import merge_stage_states
 from dtjob_trainer.strategies.stage_build import build_own_stages
 
 def kib(field):

@@ -37,7 +37,7 @@ __all__ = [
 def _blocks(t: TrainerSpec) -> Iterable[nn.Module]:
     m = t.model
     if m.type == ModelType.CUSTOM:
-        # The factory builds the whole model at once: no block-at-a-time replay for it.
+        # Block at a time only when the factory yields its blocks (models/custom.py).
         return custom_blocks(t)
     if m.type == ModelType.MLP:
         return build_mlp(m.hiddenSizes)

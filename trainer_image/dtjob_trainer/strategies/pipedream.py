@@ -30,13 +30,14 @@ from dtjob_trainer.evaluate import eval_autocast, scored_rows
 from dtjob_trainer.loop import Trainable, run_loop
 from dtjob_trainer.models import loss_fn
 from dtjob_trainer.optim import build_optimizer
+from dtjob_trainer.state import select_optimizer_state
 from dtjob_trainer.strategies.pipedream_schedule import (
     Action,
     pipedream_actions,
     two_bw_actions,
 )
 from dtjob_trainer.strategies.pipedream_stage import PipeDreamStage
-from dtjob_trainer.strategies.pipeline import merge_stage_states, select_optimizer_state
+from dtjob_trainer.strategies.pipeline import merge_stage_states
 from dtjob_trainer.strategies.stage_build import build_own_stages
 
 ASYNC_SCHEDULES = (PipelineSchedule.PIPEDREAM, PipelineSchedule.PIPEDREAM_2BW)

@@ -53,6 +53,7 @@ from dtjob_trainer.evaluate import eval_autocast, scored_rows
 from dtjob_trainer.loop import Trainable, run_loop
 from dtjob_trainer.models import loss_fn, split_into_stages
 from dtjob_trainer.optim import build_optimizer
+from dtjob_trainer.state import select_optimizer_state
 from dtjob_trainer.strategies.stage_build import build_own_stages
 from dtjob_trainer.strategies.stage_ckpt import StageShardedState
 from dtjob_trainer.strategies.stage_tp import (
@@ -349,17 +350,6 @@ def merge_stage_states(parts: list[dict[str, Any]]) -> dict[str, Any]:
     ordered = dict(sorted(model.items(), key=lambda kv: _name_key(kv[0])))
     groups = [] if group is None else [group]
     return {"model": ordered, "optimizer": {"state": optim_state, "param_groups": groups}}
-
-
-def select_optimizer_state(state: dict[str, Any], names: set[str]) -> dict[str, Any]:
-    """The part of a name-keyed optimizer state that belongs to the parameters `names`."""
-    groups = [
-        {**g, "params": [p for p in g["params"] if p in names]} for g in state["param_groups"]
-    ]
-    return {
-        "state": {k: v for k, v in state["state"].items() if k in names},
-        "param_groups": groups,
-    }
 
 
 def _name_key(name: str) -> tuple[tuple[int, int, str], ...]:

@@ -10,9 +10,11 @@ process. Replaying the whole stream costs every rank the CPU time of one full
 initialisation (as meta_init does for FSDP): the price of bit-identical values with torch's
 sequential CPU generator.
 
-A Custom model's factory returns the whole model at once (models/custom.py), so it is
-built whole once in each stage process and cut; the blocks of other stages are dropped
-right after, but the peak is the whole model.
+A Custom model is replayed the same way: its factory is called on the meta device for the
+block count and names, then on the CPU. A generator factory makes one block at a time, so a
+stage process holds what it does with a bundled model; a factory that returns the whole
+model makes it whole once in each stage process (models/custom.py), and the blocks of other
+stages are dropped right after.
 """
 
 from __future__ import annotations
@@ -36,17 +38,13 @@ def build_own_stages(
     them (blocks checkpointed / compiled as trainer.activationCheckpointing / compile say),
     and the whole model's parameter names in model order (sharded checkpoints list them)."""
     t = cfg.trainer
+    # Shapes alone (meta device, no memory) for the names and the block count.
+    shapes = build_model(cfg, dtype, meta=True)
+    names = [name for name, _ in shapes.named_parameters()]
     if t.model.type == ModelType.CUSTOM:
-        model = build_model(cfg, dtype)
-        names = [name for name, _ in model.named_parameters()]
-        whole = split_into_stages(model, num_stages)
-        del model
-        mine = [whole[i] for i in indices]
-    else:
-        # Shapes alone (meta device, no memory) for the names and the block count.
-        shapes = build_model(cfg, dtype, meta=True)
-        names = [name for name, _ in shapes.named_parameters()]
-        mine = _replayed_stages(cfg, dtype, len(shapes), num_stages, indices)
+        # Its blocks are counted only now: too few is the factory's config error.
+        split_into_stages(shapes, num_stages)
+    mine = _replayed_stages(cfg, dtype, len(shapes), num_stages, indices)
     options = (t.activationCheckpointing, t.compile)
     return [apply_block_options(stage, *options) for stage in mine], names
 
@@ -54,7 +52,8 @@ def build_own_stages(
 def _replayed_stages(
     cfg: TrainerConfig, dtype: torch.dtype, blocks: int, num_stages: int, indices: list[int]
 ) -> list[nn.Sequential]:
-    # The API's rules give the bundled models enough blocks for the stages.
+    # The API's rules give the bundled models enough blocks for the stages (a Custom
+    # model's were counted by the caller).
     bounds = stage_bounds(blocks, num_stages)
     owner = {block: stage for stage in indices for block in range(*bounds[stage])}
     kept: dict[int, OrderedDict[str, nn.Module]] = {stage: OrderedDict() for stage in indices}

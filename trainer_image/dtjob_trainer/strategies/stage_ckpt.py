@@ -37,6 +37,7 @@ from torch.distributed.tensor import DTensor, distribute_tensor
 from torch.distributed.tensor.placement_types import _StridedShard
 
 from dtjob_trainer.sharded import ShardedState
+from dtjob_trainer.state import select_optimizer_state
 
 
 @dataclass
@@ -72,15 +73,11 @@ class StageShardedState(ShardedState):
             },
             "param_groups": state["optimizer"]["param_groups"],
         }
-        own = set(params)
-        groups = [
-            {**g, "params": [p for p in g["params"] if p in own]} for g in optim["param_groups"]
-        ]
         set_state_dict(
             self.model,
             self.optimizer,
             model_state_dict=model_sd,
-            optim_state_dict={"state": optim["state"], "param_groups": groups},
+            optim_state_dict=select_optimizer_state(optim, set(params)),
         )
 
 

@@ -3,6 +3,8 @@ imported by the trainer from trainer.codePath (this directory) as a user's code 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import torch
 from torch import nn
@@ -24,6 +26,39 @@ def residual_mlp(vocab: int, width: int = 16, depth: int = 2) -> nn.Sequential:
     `depth` residual blocks and a head, depth + 2 blocks for pipeline stages."""
     blocks = [Residual(width) for _ in range(depth)]
     return nn.Sequential(nn.Embedding(vocab, width), *blocks, nn.Linear(width, vocab))
+
+
+def residual_mlp_stream(vocab: int, width: int = 16, depth: int = 2) -> Iterator[nn.Module]:
+    """residual_mlp's architecture, its blocks yielded one at a time in model order."""
+    yield nn.Embedding(vocab, width)
+    for _ in range(depth):
+        yield Residual(width)
+    yield nn.Linear(width, vocab)
+
+
+def wide_stream(width: int, depth: int, classes: int) -> Iterator[nn.Module]:
+    """`depth` wide ReLU layers and a head, yielded one at a time (the memory tests)."""
+    for _ in range(depth):
+        yield nn.Sequential(nn.Linear(width, width), nn.ReLU())
+    yield nn.Linear(width, classes)
+
+
+def wide_list(width: int, depth: int, classes: int) -> list[nn.Module]:
+    """wide_stream's blocks, all made before the first is returned."""
+    return list(wide_stream(width, depth, classes))
+
+
+def stream_failing_at(block: int) -> Iterator[nn.Module]:
+    """A generator factory whose code fails while making block `block`."""
+    for _ in range(block):
+        yield nn.Linear(4, 4)
+    raise RuntimeError(f"no weights for layer {block}")
+
+
+def stream_of(kind: str) -> Iterator[object]:
+    """A generator factory that yields something other than a module, or nothing."""
+    if kind == "string":
+        yield "a layer"
 
 
 class Whole(nn.Module):
