@@ -12,7 +12,7 @@ import pytest
 import torch
 from unit.trainer.harness import launch
 from unit.trainer.ranks import run_ranks
-from unit.trainer.reference import assert_losses_close, assert_params_close, reference_run
+from unit.trainer.reference import assert_run_equals_reference
 from unit.trainer.test_custom_model import custom_spec, pipeline, write_tokens
 from unit.trainer.test_pipeline_sharding import _measure
 
@@ -57,10 +57,7 @@ def test_a_streamed_factory_trains_as_one_process(name: str, tmp_path: Path) -> 
     spec = _spec("FSDP", tokens) if name == "FSDP" else pipeline(tokens, "1F1B", factory=STREAM)
     out = launch(spec, tmp_path)
     assert out.rc == 0, out.output
-    assert out.result is not None
-    ref = reference_run(spec)
-    assert_losses_close(out.result["losses"], ref.losses, "fp64")
-    assert_params_close(out.result["params"], ref.params, "fp64")
+    assert_run_equals_reference(out.result, spec)
 
 
 @pytest.mark.parametrize(
