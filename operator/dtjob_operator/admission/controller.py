@@ -299,8 +299,12 @@ class AdmissionController:
         with self._pass_lock:
             started = time.monotonic()
             since = self.book.epoch()
-            snapshot = self.gather()
+            listed = self._list()
+            snapshot = self._snapshot(listed)
             decisions = decide(snapshot, preemption=self.settings.preemption)
+            if decisions.admitted and self._quotas_moved(listed):
+                snapshot = self._snapshot(listed)
+                decisions = decide(snapshot, preemption=self.settings.preemption)
             changed = self.book.record(decisions, since)
             for uid in changed:
                 self.enqueue(decisions.keys[uid])
@@ -311,28 +315,50 @@ class AdmissionController:
 
     def gather(self) -> Snapshot:
         """List what the pass reads and fold it into a Snapshot."""
+        return self._snapshot(self._list())
+
+    def _list(self) -> dict[str, list[Obj]]:
         # Jobs from the cache, which reads a job this replica wrote and has not seen back
         # yet from the API server (Caches.list_jobs), and admissions not yet written are in
         # the book. The first pass after this replica becomes the leader, or after a failed
         # pass, lists them fresh: the previous leader's last writes may be in flight. A pod
         # or node event still in flight makes no wrong admission (a gang's missing pods are
-        # counted as reserved; see decide.py).
+        # counted as reserved; see decide.py); a quota event is checked (_quotas_moved).
         namespaces = self.settings.namespaces or None
         fresh, self._fresh_jobs = self._fresh_jobs, False
         jobs = list(self.api.list_jobs(namespaces) if fresh else self.reads.list_jobs(namespaces))
-        pods = self.reads.list_all_pods()
-        nodes = self.reads.list_nodes()
-        quotas = self.reads.list_resource_quotas()
-        classes = self.reads.list_priority_classes()
         live = {j["metadata"]["uid"] for j in jobs}
         self._gangs = {k: v for k, v in self._gangs.items() if k[0] in live}
+        return {
+            "jobs": jobs,
+            "pods": list(self.reads.list_all_pods()),
+            "nodes": list(self.reads.list_nodes()),
+            "quotas": list(self.reads.list_resource_quotas()),
+            "priority_classes": list(self.reads.list_priority_classes()),
+        }
+
+    def _quotas_moved(self, listed: dict[str, list[Obj]]) -> bool:
+        """Before a pass admits, the quotas as the API server has them now: the watch of
+        quotas and that of jobs are separate streams, so a quota created (or lowered) just
+        before a job may not be in the cache when the job's pass runs, and the job would be
+        admitted past it and meet the quota only at pod creation, outside the queue. One
+        list of a few objects, only in passes that admit; True (with `listed` updated) when
+        they differ from the cached ones."""
+        fresh: list[Obj] = list(self.api.list_resource_quotas())
+        if _versions(fresh) == _versions(listed["quotas"]):
+            return False
+        log.info("quotas changed since the cache last saw them: deciding again")
+        listed["quotas"] = fresh
+        return True
+
+    def _snapshot(self, listed: dict[str, list[Obj]]) -> Snapshot:
         s = self.settings
         return build_snapshot(
-            jobs=jobs,
-            pods=pods,
-            nodes=nodes,
-            quotas=quotas,
-            priority_classes=classes,
+            jobs=listed["jobs"],
+            pods=listed["pods"],
+            nodes=listed["nodes"],
+            quotas=listed["quotas"],
+            priority_classes=listed["priority_classes"],
             gang_of=self._gang_of,
             admitted=self.book.admitted,
             not_before=lambda job: requeue_not_before(
@@ -394,3 +420,9 @@ class AdmissionController:
         self.metrics.set_admission_state(queued, gpus)
         self._nothing_waits = not queued
         self.metrics.preemptions.inc(len(decisions.preempt))
+
+
+def _versions(objects: Sequence[Obj]) -> set[tuple[Any, Any]]:
+    """(uid, resourceVersion) of each object: the same set is the same state."""
+    return {((o.get("metadata") or {}).get("uid"),
+             (o.get("metadata") or {}).get("resourceVersion")) for o in objects}  # fmt: skip

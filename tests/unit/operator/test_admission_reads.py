@@ -23,6 +23,9 @@ class Source:
         self.job_lists = 0
         self.jobs: list[Any] = []
         self.pods: list[Any] = []
+        self.nodes: list[Any] = []
+        self.quotas: list[Any] = []
+        self.quota_lists = 0
 
     def list_jobs(self, namespaces: list[str] | None = None) -> list[Any]:
         self.job_lists += 1
@@ -32,10 +35,11 @@ class Source:
         return list(self.pods)
 
     def list_nodes(self) -> list[Any]:
-        return []
+        return list(self.nodes)
 
     def list_resource_quotas(self) -> list[Any]:
-        return []
+        self.quota_lists += 1
+        return list(self.quotas)
 
     def list_priority_classes(self) -> list[Any]:
         return []
@@ -134,3 +138,42 @@ def test_a_pods_requests_are_read_again_when_the_pod_changes() -> None:
         api.pods = cache.pods = [pod(rv, cpu)]
         used = controller.gather().namespaces_used["ns"]
         assert used == pod_requests(pod(rv, cpu)["spec"])
+
+
+def test_a_quota_the_cache_has_not_seen_yet_stops_an_admission() -> None:
+    """The quota's watch event lags the job's: the pass that would admit reads the quotas
+    from the API server, and decides again on them when they differ."""
+    node = {
+        "metadata": {"name": "n0"},
+        "spec": {},
+        "status": {
+            "allocatable": {"nvidia.com/gpu": "8", "cpu": "64", "memory": "512Gi", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+    quota = {
+        "metadata": {"name": "gpus", "namespace": "ns", "uid": "q", "resourceVersion": "1"},
+        "spec": {"hard": {"requests.nvidia.com/gpu": "0"}},
+        "status": {"used": {"requests.nvidia.com/gpu": "0"}},
+    }
+    job = a_job().with_workers(2, gpus=2).with_status(phase="Queued").obj()
+    job["metadata"]["uid"] = "u"
+    api, cache = Source(), Source()
+    api.nodes = cache.nodes = [node]
+    api.jobs = cache.jobs = [job]
+    api.quotas = [quota]  # not in the cache yet
+    decisions = controller_over(api, cache).run_pass()
+    assert api.quota_lists == 1
+    assert decisions.admitted == []
+    assert "quota" in decisions.verdicts["u"].message
+    # The cache has caught up: the API server is asked, and the pass stands.
+    api2 = Source()
+    api2.quotas = [quota]
+    cache.quotas = [quota]
+    assert controller_over(api2, cache).run_pass().admitted == []
+    # Without a quota the job is admitted, the API server having been asked once.
+    api3, cache3 = Source(), Source()
+    api3.nodes = cache3.nodes = [node]
+    api3.jobs = cache3.jobs = [job]
+    assert controller_over(api3, cache3).run_pass().admitted == ["u"]
+    assert api3.quota_lists == 1
