@@ -36,7 +36,7 @@ from typing import Any
 from dtjob_api import GROUP, PLURAL, VERSION
 from dtjob_operator.constants import LABEL_JOB_NAME
 from dtjob_operator.informer import Informer
-from dtjob_operator.k8s import KubeApi, Obj
+from dtjob_operator.k8s import KubeApi, Obj, versions
 from dtjob_operator.settings import OperatorSettings
 from dtjob_operator.trims import (
     is_history_config_map,
@@ -370,9 +370,4 @@ def _read(informer: Informer | None, live: Callable[[], list[Obj]]) -> list[Obj]
 def _same(live: list[Obj], cached: list[Obj]) -> bool:
     """The cache shows the same pods as the API server: same incarnations, each as far
     along (resourceVersion)."""
-
-    def ids(pods: list[Obj]) -> set[tuple[Any, Any]]:
-        return {((p.get("metadata") or {}).get("uid"),
-                 (p.get("metadata") or {}).get("resourceVersion")) for p in pods}  # fmt: skip
-
-    return ids(live) == ids(cached)
+    return versions(live) == versions(cached)

@@ -10,7 +10,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, cast
 from urllib.parse import urlsplit
@@ -461,3 +461,10 @@ class KubeApi:
             self.core.create_namespaced_event(meta["namespace"], cast(Any, body))
         except ApiException as exc:
             log.warning("could not record event %s on %s: %s", reason, meta["name"], exc.reason)
+
+
+def versions(objects: Iterable[Mapping[str, Any]]) -> set[tuple[Any, Any]]:
+    """(uid, resourceVersion) of each object: two lists with the same set show the same
+    incarnations, each as far along."""
+    return {((o.get("metadata") or {}).get("uid"),
+             (o.get("metadata") or {}).get("resourceVersion")) for o in objects}  # fmt: skip

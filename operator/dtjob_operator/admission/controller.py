@@ -34,7 +34,7 @@ from dtjob_operator.admission.snapshot import (
     is_admitted,
     requeue_not_before,
 )
-from dtjob_operator.k8s import KubeApi, is_transport_error
+from dtjob_operator.k8s import KubeApi, is_transport_error, versions
 from dtjob_operator.metrics import OperatorMetrics
 from dtjob_operator.policies.times import parse_time
 from dtjob_operator.policies.too_deep import too_deep_path
@@ -345,7 +345,7 @@ class AdmissionController:
         list of a few objects, only in passes that admit; True (with `listed` updated) when
         they differ from the cached ones."""
         fresh: list[Obj] = list(self.api.list_resource_quotas())
-        if _versions(fresh) == _versions(listed["quotas"]):
+        if versions(fresh) == versions(listed["quotas"]):
             return False
         log.info("quotas changed since the cache last saw them: deciding again")
         listed["quotas"] = fresh
@@ -420,9 +420,3 @@ class AdmissionController:
         self.metrics.set_admission_state(queued, gpus)
         self._nothing_waits = not queued
         self.metrics.preemptions.inc(len(decisions.preempt))
-
-
-def _versions(objects: Sequence[Obj]) -> set[tuple[Any, Any]]:
-    """(uid, resourceVersion) of each object: the same set is the same state."""
-    return {((o.get("metadata") or {}).get("uid"),
-             (o.get("metadata") or {}).get("resourceVersion")) for o in objects}  # fmt: skip
