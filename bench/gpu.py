@@ -9,10 +9,14 @@
    the whole evaluation set at once.
 
     PYTHONPATH=trainer_image:api python bench/gpu.py [--fraction 0.25] [--steps 20]
+        [--budget SECONDS] [--out PATH]
 
 Without CUDA it writes a record that says why it skipped. Every measurement runs in a
 child process of its own (`--one ...`), so an out-of-memory or a crash costs that figure
-only and is recorded as such.
+only and is recorded as such. A GPU window is short (docs/gpu.md), so the measurements
+run cheapest first under one `--budget`: each child gets what is left of it, one that
+would start with too little is recorded as skipped, and the record is rewritten after
+every child, so a run killed from outside still leaves every figure taken so far.
 """
 
 from __future__ import annotations
@@ -41,6 +45,8 @@ CAPPED_WIDTHS = (512, 768, 1024, 1536, 2048, 2560, 3072, 4096)
 # Dense bf16 peak of the GPUs this is likely to meet (TFLOPS), by a name fragment.
 PEAK_BF16_TFLOPS = {"H200": 989.4, "H100": 989.4, "A100": 312.0, "L40S": 362.1, "L4": 121.0}
 CHILD_TIMEOUT = 1200
+# A child started with less than this left of the budget could not even build its model.
+MIN_CHILD_SECONDS = 15.0
 
 
 def gpt_spec(layers: int, d_model: int, heads: int, batch: int) -> dict[str, Any]:
@@ -239,8 +245,23 @@ def one_evaluation() -> dict[str, Any]:
 # --- the parent: run the children, collect, write ---------------------------------------
 
 
-def child(*args: str) -> dict[str, Any]:
-    """Run one measurement in a fresh process: its JSON, or the error it died of."""
+class Budget:
+    """What is left of the run's time, in seconds; monotonic, so clock steps do not
+    matter."""
+
+    def __init__(self, seconds: float) -> None:
+        self.deadline = time.monotonic() + seconds
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+
+def child(budget: Budget, *args: str) -> dict[str, Any]:
+    """Run one measurement in a fresh process, bounded by what is left of the budget: its
+    JSON, or the error it died of, or why it never started."""
+    timeout = min(CHILD_TIMEOUT, budget.left())
+    if timeout < MIN_CHILD_SECONDS:
+        return {"skipped": f"the budget was spent ({max(0.0, timeout):.0f} s left)"}
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
         [str(REPO / "trainer_image"), str(REPO / "api"), env.get("PYTHONPATH", "")]
@@ -248,10 +269,10 @@ def child(*args: str) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--one", *args]
     try:
         done = subprocess.run(
-            cmd, env=env, capture_output=True, text=True, timeout=CHILD_TIMEOUT, check=False
+            cmd, env=env, capture_output=True, text=True, timeout=timeout, check=False
         )
     except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {CHILD_TIMEOUT} s"}
+        return {"error": f"timed out after {timeout:.0f} s"}
     lines = done.stdout.strip().splitlines()
     if done.returncode == 0 and lines:
         result: dict[str, Any] = json.loads(lines[-1])
@@ -260,23 +281,64 @@ def child(*args: str) -> dict[str, Any]:
     return {"error": tail[:300]}
 
 
-def largest(mode: str, fraction: float) -> dict[str, Any]:
-    """The widest GPT of CAPPED_WIDTHS that trains under the cap (stops at the first that
-    does not), with every attempt."""
-    tried, best = [], None
-    for width in CAPPED_WIDTHS:
-        out = child("capped", mode, str(width), str(fraction))
+def largest(mode: str, fraction: float, budget: Budget, top_first: bool) -> dict[str, Any]:
+    """The widest GPT of CAPPED_WIDTHS that trains under the cap, by bisection (fitting is
+    monotone in the width), with every attempt. `top_first` tries the widest first: for
+    CPUOffload, where the widest usually fits and every attempt is the dearest, one child
+    then answers. An attempt that errs counts as not fitting; one the budget skipped ends
+    the search with what is known."""
+    tried: list[dict[str, Any]] = []
+    fits, fails = -1, len(CAPPED_WIDTHS)  # indices known to fit / not to fit
+    best: dict[str, Any] | None = None
+    probe = fails - 1 if top_first else (fits + fails) // 2
+    while fails - fits > 1:
+        width = CAPPED_WIDTHS[probe]
+        out = child(budget, "capped", mode, str(width), str(fraction))
         tried.append({"d_model": width, **out})
-        if "error" in out:
+        if "skipped" in out:
             break
-        best = out
+        if "error" in out:
+            fails = probe
+        else:
+            fits, best = probe, out
+        probe = (fits + fails) // 2
     return {"largest": best, "attempts": tried}
+
+
+def measure(record: dict[str, Any], args: argparse.Namespace, write: Any) -> None:
+    """Every measurement, cheapest first, writing the record after each."""
+    budget = Budget(args.budget)
+    record["budget_seconds"] = args.budget
+    record["evaluation"] = child(budget, "evaluation")
+    write()
+    record["throughput_bf16"] = []
+    for name in SIZES:
+        record["throughput_bf16"].append(child(budget, "throughput", name))
+        write()
+    memory = torch.cuda.get_device_properties(0).total_memory
+    capped: dict[str, Any] = {
+        "fraction": args.fraction,
+        "cap_gib": round(args.fraction * memory / 2**30, 1),
+    }
+    record["capped_memory"] = capped
+    capped["plain"] = largest("plain", args.fraction, budget, top_first=False)
+    write()
+    capped["cpu_offload"] = largest("cpu_offload", args.fraction, budget, top_first=True)
+    plain, offload = capped["plain"]["largest"], capped["cpu_offload"]["largest"]
+    if plain and offload:
+        capped["offload_to_plain_parameters"] = round(
+            offload["parameters"] / plain["parameters"], 2
+        )
+    record["seconds"] = round(args.budget - budget.left(), 1)
+    write()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fraction", type=float, default=0.25)
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--budget", type=float, default=3600.0, help="seconds for all")
+    parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--one", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
@@ -290,20 +352,18 @@ def main() -> None:
         print(json.dumps(out))
         return
     record: dict[str, Any] = {"machine": machine(), "date": time.strftime("%Y-%m-%d")}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+
+    def write() -> None:
+        tmp = args.out.with_name(args.out.name + ".tmp")
+        tmp.write_text(json.dumps(record, indent=2) + "\n")
+        tmp.replace(args.out)
+
     if not torch.cuda.is_available():
         record["skipped"] = "no CUDA device visible to torch"
     else:
-        record["throughput_bf16"] = [child("throughput", n) for n in SIZES]
-        memory = torch.cuda.get_device_properties(0).total_memory
-        record["capped_memory"] = {
-            "fraction": args.fraction,
-            "cap_gib": round(args.fraction * memory / 2**30, 1),
-            "plain": largest("plain", args.fraction),
-            "cpu_offload": largest("cpu_offload", args.fraction),
-        }
-        record["evaluation"] = child("evaluation")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(record, indent=2) + "\n")
+        measure(record, args, write)
+    write()
     print(json.dumps(record, indent=2))
 
 

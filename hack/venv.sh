@@ -9,7 +9,7 @@ set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cache_root=${DTJOB_CACHE:-$HOME/.cache/dtjob}
 python=${PYTHON:-python3}
-key=$(cat "$top"/requirements/*.txt | "$python" -c 'import hashlib,sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest()[:12])')
+key=$(cat "$top"/requirements/{client,dev,operator,trainer}.txt | "$python" -c 'import hashlib,sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest()[:12])')
 venv="$cache_root/venv-$key"
 mkdir -p "$cache_root"
 if [ ! -f "$venv/.complete" ]; then
