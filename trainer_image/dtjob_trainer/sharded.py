@@ -26,6 +26,7 @@ DCP reads into the live parameters and optimizer state.
 from __future__ import annotations
 
 import logging
+import pickle
 import shutil
 import warnings
 from dataclasses import dataclass
@@ -42,7 +43,7 @@ from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
 from dtjob_trainer.checkpoint import Checkpointer
-from dtjob_trainer.dcp_io import SafeReader
+from dtjob_trainer.dcp_io import SafeReader, read_metadata
 from dtjob_trainer.dist import broadcast_object
 
 log = logging.getLogger(__name__)
@@ -88,8 +89,18 @@ def prepare_staging(
 
 
 def missing_files(metadata: Metadata, staging: Path) -> list[str]:
-    """Shard files the metadata names that rank 0 cannot see in `staging`."""
-    files = {info.relative_path for info in metadata.storage_data.values()}
+    """Shard files the metadata names that rank 0 cannot see in `staging`.
+
+    torch 2.13's save returns the metadata with where each piece went (`storage_data`);
+    2.11's leaves that out of what it returns and has it only in the `.metadata` file it
+    wrote, so the file is read then (without that file nothing was committed at all)."""
+    storage = metadata.storage_data
+    if storage is None:
+        try:
+            storage = read_metadata(staging).storage_data
+        except (OSError, pickle.UnpicklingError) as exc:
+            return [f".metadata ({type(exc).__name__})"]
+    files = {info.relative_path for info in (storage or {}).values()}
     return sorted(f for f in files if not (staging / f).is_file())
 
 
