@@ -28,6 +28,7 @@ import platform
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -305,7 +306,7 @@ def largest(mode: str, fraction: float, budget: Budget, top_first: bool) -> dict
     return {"largest": best, "attempts": tried}
 
 
-def measure(record: dict[str, Any], args: argparse.Namespace, write: Any) -> None:
+def measure(record: dict[str, Any], args: argparse.Namespace, write: Callable[[], None]) -> None:
     """Every measurement, cheapest first, writing the record after each."""
     budget = Budget(args.budget)
     record["budget_seconds"] = args.budget
