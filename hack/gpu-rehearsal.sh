@@ -53,4 +53,7 @@ rc=0
 env -u PYTHONPATH -u VIRTUAL_ENV OUT="$out" PYTHON="$venv/bin/python" \
   GPU_TEST_WORKERS="${GPU_TEST_WORKERS:-2}" bash "$top/hack/gpu-check.sh" || rc=$?
 "$venv/bin/python" "$top/hack/gpu_rehearsal_verdict.py" "$out" || rc=1
+if [ -n "${TEST_REPORTS:-}" ] && [ -f "$out/tests-gpu.xml" ]; then
+  mkdir -p "$TEST_REPORTS" && cp "$out/tests-gpu.xml" "$TEST_REPORTS/gpu-rehearsal.xml"
+fi
 exit "$rc"

@@ -8,16 +8,38 @@
 TEST_BINARIES = etcd kube-apiserver kube-controller-manager kube-scheduler kwok kubectl helm \
   prometheus promtool
 PYTEST_ARGS ?=
+PYTEST_PATHS ?= tests
+# Where the timing of a `make test` goes: phases.tsv (hack/timed.sh) and one junit XML per
+# pytest tier; `make test-durations` (and .ci/run, after every run) turns them into
+# bench/results/test_durations.json and a summary.
+export TEST_REPORTS ?= $(TOP)/.test-reports
+TIMED = $(TOP)/hack/timed.sh
+# The inner loop: everything but the cluster lifecycle, operator and e2e tests. The API
+# validation tests need the control plane (the fixture starts it).
+QUICK_PATHS = tests/unit $(wildcard tests/integration/test_api_*.py)
 
-.PHONY: test test-integration test-gpu _pytest
+.PHONY: test test-quick test-integration test-gpu test-durations _pytest
 
-test: ## lint and mypy, unit + integration tests, then the e2e tier (DTJOB_E2E=0 skips it)
-	@$(MAKE) --no-print-directory lint
-	@$(MAKE) --no-print-directory typecheck
-	@$(MAKE) --no-print-directory gpu-rehearsal
-	@$(MAKE) --no-print-directory _pytest PYTEST_MARK="not e2e and not gpu"
-	@if [ "$$DTJOB_E2E" != 0 ]; then $(MAKE) --no-print-directory test-e2e; \
+test: ## lint and mypy, GPU rehearsal, unit + integration tests, then the e2e tier (DTJOB_E2E=0 skips it)
+	@rm -f $(TEST_REPORTS)/*.xml $(TEST_REPORTS)/phases.tsv
+	@$(TIMED) lint $(MAKE) --no-print-directory lint
+	@$(TIMED) typecheck $(MAKE) --no-print-directory typecheck
+	@$(TIMED) gpu-rehearsal $(MAKE) --no-print-directory gpu-rehearsal
+	@$(TIMED) unit+integration $(MAKE) --no-print-directory _pytest \
+	  PYTEST_MARK="not e2e and not gpu" PYTEST_TIER=unit-integration
+	@if [ "$$DTJOB_E2E" != 0 ]; then $(TIMED) e2e $(MAKE) --no-print-directory test-e2e; \
 	else echo "make test: e2e tier left out (DTJOB_E2E=0); make test-e2e runs it alone"; fi
+
+test-quick: ## the inner loop: lint, mypy, unit tests and the API-validation tests
+	@rm -f $(TEST_REPORTS)/*.xml $(TEST_REPORTS)/phases.tsv
+	@$(TIMED) lint $(MAKE) --no-print-directory lint
+	@$(TIMED) typecheck $(MAKE) --no-print-directory typecheck
+	@$(TIMED) quick $(MAKE) --no-print-directory _pytest PYTEST_MARK="not e2e and not gpu" \
+	  PYTEST_TIER=quick PYTEST_PATHS="$(QUICK_PATHS)"
+	@python3 $(TOP)/hack/test_durations.py --out $(TEST_REPORTS)/test_durations.json
+
+test-durations: ## bench/results/test_durations.json and a summary from the last make test
+	@python3 $(TOP)/hack/test_durations.py
 
 test-integration: ## only the tests against the control plane
 	@$(MAKE) --no-print-directory _pytest PYTEST_MARK="integration"
@@ -33,5 +55,6 @@ test-gpu: ## every strategy on CUDA (tests/gpu; skipped, with reasons, without C
 _pytest:
 	@[ -n "$$DTJOB_KUBECONFIG" ] || $(TOP)/hack/build-binaries.sh $(TEST_BINARIES) >/dev/null
 	@# Exit 5 means pytest collected nothing at all: a broken test tree, never a pass.
-	@rc=0; $(PY) -m pytest tests -m "$(PYTEST_MARK)" $(PYTEST_ARGS) || rc=$$?; \
+	@rc=0; $(PY) -m pytest $(PYTEST_PATHS) -m "$(PYTEST_MARK)" --durations=30 \
+	  $(if $(PYTEST_TIER),--junitxml=$(TEST_REPORTS)/$(PYTEST_TIER).xml -o junit_family=xunit1) $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest found no tests to run" >&2; fi; exit $$rc

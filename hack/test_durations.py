@@ -1,0 +1,141 @@
+"""Where the test suite's time goes: bench/results/test_durations.json and a short summary.
+
+    python3 hack/test_durations.py [--reports .test-reports] [--out PATH] [--top 30]
+
+Reads what `make test` leaves in its reports folder (TEST_REPORTS, default
+.test-reports/): `phases.tsv` (hack/timed.sh: each step's wall time and exit code) and one
+junit XML per pytest tier (`unit-integration.xml`, `e2e.xml`, `gpu-rehearsal.xml`). Writes
+the phases, each tier's total, every file's total, the top tests and those over 120 s,
+then prints the summary that ends every `.ci/run` log. Standard library only: it runs
+after a failed `make test` too, whatever state the venv is in.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+OVER = 120.0  # DESIGN/issue budget: no single test over this unless the report says why
+
+
+def read_phases(path: Path) -> list[dict[str, Any]]:
+    phases = []
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            name, seconds, rc = line.split("\t")
+            phases.append({"phase": name, "seconds": float(seconds), "rc": int(rc)})
+    return phases
+
+
+def read_tier(path: Path) -> list[dict[str, Any]]:
+    """Every test case of one junit XML: id, file, seconds, outcome."""
+    cases = []
+    for case in ET.parse(path).getroot().iter("testcase"):
+        classname, name = case.get("classname", ""), case.get("name", "")
+        outcome = "passed"
+        for tag in ("failure", "error", "skipped"):
+            if case.find(tag) is not None:
+                outcome = {"failure": "failed", "error": "error"}.get(tag, tag)
+        # xunit1 (make test's) names the file; else guess it from the module path.
+        file = case.get("file") or (classname.replace(".", "/") + ".py" if classname else "?")
+        cases.append(
+            {
+                "test": f"{classname}::{name}",
+                "file": file,
+                "seconds": round(float(case.get("time", "0") or 0), 2),
+                "outcome": outcome,
+            }
+        )
+    return cases
+
+
+def report(reports: Path, top: int) -> dict[str, Any]:
+    tiers: dict[str, list[dict[str, Any]]] = {
+        xml.stem: read_tier(xml) for xml in sorted(reports.glob("*.xml"))
+    }
+    files: dict[str, float] = defaultdict(float)
+    for cases in tiers.values():
+        for c in cases:
+            files[c["file"]] += c["seconds"]
+    everything = sorted(
+        (dict(c, tier=t) for t, cases in tiers.items() for c in cases),
+        key=lambda c: -c["seconds"],
+    )
+    return {
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "ci": os.environ.get("CI") == "true",
+        "phases": read_phases(reports / "phases.tsv"),
+        "tiers": {
+            t: {
+                "tests": len(cases),
+                "seconds": round(sum(c["seconds"] for c in cases), 1),
+                "failed": sum(c["outcome"] in ("failed", "error") for c in cases),
+                "skipped": sum(c["outcome"] == "skipped" for c in cases),
+            }
+            for t, cases in tiers.items()
+        },
+        "files": [
+            {"file": f, "seconds": round(s, 1)}
+            for f, s in sorted(files.items(), key=lambda kv: -kv[1])
+        ],
+        "top_tests": everything[:top],
+        "over_120s": [c for c in everything if c["seconds"] > OVER],
+    }
+
+
+def minutes(seconds: float) -> str:
+    return f"{seconds / 60:5.1f} min"
+
+
+def summary(rec: dict[str, Any], top: int = 10) -> str:
+    lines = ["== test timing summary (hack/test_durations.py)"]
+    total = sum(p["seconds"] for p in rec["phases"])
+    for p in rec["phases"]:
+        mark = "" if p["rc"] == 0 else f"  (exit {p['rc']})"
+        lines.append(f"  {p['phase']:<22} {minutes(p['seconds'])}{mark}")
+    if rec["phases"]:
+        lines.append(f"  {'total':<22} {minutes(total)}")
+    for tier, t in rec["tiers"].items():
+        lines.append(
+            f"  tier {tier:<17} {minutes(t['seconds'])} in tests, {t['tests']} tests, "
+            f"{t['failed']} failed, {t['skipped']} skipped"
+        )
+    lines.append(f"  slowest {top} tests:")
+    for c in rec["top_tests"][:top]:
+        lines.append(f"    {c['seconds']:7.1f} s  {c['test']}")
+    lines.append(f"  slowest {top} files:")
+    for f in rec["files"][:top]:
+        lines.append(f"    {f['seconds']:7.1f} s  {f['file']}")
+    if rec["over_120s"]:
+        lines.append(f"  {len(rec['over_120s'])} tests over {OVER:.0f} s")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    default = Path(os.environ.get("TEST_REPORTS", REPO / ".test-reports"))
+    parser.add_argument("--reports", type=Path, default=default)
+    parser.add_argument("--out", type=Path, default=REPO / "bench/results/test_durations.json")
+    parser.add_argument("--top", type=int, default=30)
+    args = parser.parse_args()
+    if not args.reports.is_dir():
+        print(f"test_durations: no reports in {args.reports}")
+        return
+    rec = report(args.reports, args.top)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(rec, indent=1) + "\n")
+    print(summary(rec))
+    print(f"  (full report: {args.out})")
+
+
+if __name__ == "__main__":
+    main()
