@@ -11,6 +11,7 @@ job has N processes in all, keeping the other roles (ps) as configured.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import socket
@@ -107,9 +108,7 @@ def resolve_local_backend(cfg: TrainerConfig, warn: Callable[[str], None] | None
     stage = cfg.roles.stage
     if stage is not None and any(g.gpus == 0 for g in stage.groups or []):
         return "gloo"  # CPU stage groups: NCCL cannot reach them (as the operator decides)
-    import torch
-
-    devices, world = torch.cuda.device_count(), cfg.world_size()
+    devices, world = cuda_device_count(), cfg.world_size()
     if devices >= world:
         return "nccl"
     if wanted := requested_gpus(cfg):
@@ -168,11 +167,25 @@ def gpu_slices(procs_per_pod: list[int], visible: list[str]) -> list[str]:
     return slices
 
 
-def visible_gpus(environ: Mapping[str, str]) -> list[str]:
-    """The GPUs this machine lets the launch use, as CUDA_VISIBLE_DEVICES entries."""
+# Device nodes without one of which no torch build sees a GPU: NVIDIA's, ROCm's (a ROCm
+# torch counts AMD GPUs through torch.cuda) and WSL's.
+GPU_DEVICE_NODES = ("/dev/nvidia[0-9]*", "/dev/kfd", "/dev/dxg")
+
+
+def cuda_device_count(device_nodes: tuple[str, ...] = GPU_DEVICE_NODES) -> int:
+    """torch.cuda.device_count(); 0 without importing torch on a machine with no GPU device
+    node. The launcher itself runs no torch code, and importing torch only to count no GPUs
+    cost every CPU launch about 3 s before its first process started."""
+    if not any(glob.glob(pattern) for pattern in device_nodes):
+        return 0
     import torch
 
-    count = torch.cuda.device_count()
+    return torch.cuda.device_count()
+
+
+def visible_gpus(environ: Mapping[str, str]) -> list[str]:
+    """The GPUs this machine lets the launch use, as CUDA_VISIBLE_DEVICES entries."""
+    count = cuda_device_count()
     given = [g.strip() for g in environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
     return given[:count] if given else [str(i) for i in range(count)]
 

@@ -3,14 +3,26 @@ for GPUs and falls back to the CPU is told so, never silently."""
 
 from __future__ import annotations
 
+import glob
+import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from unit.trainer.harness import a_spec
+from unit.trainer.harness import CHILD_PATH, a_spec
 
 from dtjob_trainer.config import load_config
-from dtjob_trainer.launch import gpu_slices, requested_gpus, resolve_local_backend, visible_gpus
+from dtjob_trainer.launch import (
+    GPU_DEVICE_NODES,
+    cuda_device_count,
+    gpu_slices,
+    requested_gpus,
+    resolve_local_backend,
+    visible_gpus,
+)
 
 
 def spec(gpus: int, backend: str = "auto") -> dict[str, Any]:
@@ -54,3 +66,27 @@ def test_local_pods_get_their_own_gpus_in_rank_order() -> None:
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without CUDA")
 def test_no_gpus_visible_without_cuda() -> None:
     assert visible_gpus({"CUDA_VISIBLE_DEVICES": "0,1"}) == []
+
+
+def test_the_gpu_count_is_torchs_where_a_device_node_exists(tmp_path: Path) -> None:
+    (tmp_path / "nvidia0").touch()
+    assert cuda_device_count((str(tmp_path / "nvidia[0-9]*"),)) == torch.cuda.device_count()
+    assert cuda_device_count((str(tmp_path / "kfd"),)) == 0
+
+
+@pytest.mark.skipif(
+    any(glob.glob(p) for p in GPU_DEVICE_NODES),
+    reason="this machine has a GPU device node: torch must be asked",
+)
+def test_a_launch_without_gpu_device_nodes_never_imports_torch() -> None:
+    # What a CPU launch costs before its first process starts: no torch import.
+    code = (
+        "import json, sys; from dtjob_trainer import launch; from dtjob_trainer.config import "
+        f"load_config; cfg = load_config(json.loads({json.dumps(spec(0))!r})); "
+        "print(launch.resolve_local_backend(cfg), launch.visible_gpus({}), 'torch' in sys.modules)"
+    )
+    env = {"PYTHONPATH": ":".join(CHILD_PATH), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.split() == ["gloo", "[]", "False"], done.stderr
