@@ -132,6 +132,17 @@ def resolve(error_file: Path, stderr_tail: str) -> ChildFailure | None:
     return summary
 
 
+def stopped_code(returncode: int, forwarded: Sequence[int]) -> int:
+    """The exit code when nothing names a failing child: the launcher's own, unless it was
+    asked to stop. torchrun stopped by a signal usually says so in its error file, but under
+    load it has exited 1 with no word of it (seen once in CI); the container was
+    then stopped by that signal, and 128 + N is the code a runtime reports for it, and the
+    retryable one, not a user's permanent exit 1."""
+    if returncode > 0 and forwarded:
+        return 128 + forwarded[0]
+    return container_code(returncode)
+
+
 def write_error_file(path: str, failure: ChildFailure, launcher_code: int) -> None:
     """torchelastic's error-file format, short enough for a termination message."""
     extra = {"launcherExitCode": str(launcher_code), "timestamp": str(int(time.time()))}
@@ -167,8 +178,14 @@ def run(command: Sequence[str]) -> int:
         env = {**os.environ, ERROR_FILE_ENV: str(error_file)}
         proc = subprocess.Popen(list(command), env=env, stderr=subprocess.PIPE)
         assert proc.stderr is not None
+        forwarded: list[int] = []
+
+        def forward(signum: int, _frame: object) -> None:
+            forwarded.append(signum)
+            proc.send_signal(signum)
+
         for sig in FORWARDED_SIGNALS:
-            signal.signal(sig, lambda signum, _frame: proc.send_signal(signum))
+            signal.signal(sig, forward)
         tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         pump = threading.Thread(target=_pump, args=(proc.stderr, tail), daemon=True)
         pump.start()
@@ -181,7 +198,7 @@ def run(command: Sequence[str]) -> int:
             return 0
         failure = resolve(error_file, "".join(tail))
     if failure is None:
-        return container_code(returncode)
+        return stopped_code(returncode, forwarded)
     if target:
         write_error_file(target, failure, returncode)
     return failure.exit_code

@@ -70,8 +70,9 @@ def test_train_py_fails_retryably_then_resumes_from_its_checkpoint(tmp_path: Pat
 
 def test_sigterm_checkpoints_and_exits_143(tmp_path: Path) -> None:
     env = {**ENV, "DTJ_CHECKPOINT_DIR": str(tmp_path)}
+    stderr = (tmp_path / "stderr").open("wb")  # a file: nobody reads a pipe while it runs
     proc = subprocess.Popen(
-        command("--steps", "100000"), env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+        command("--steps", "100000"), env=env, stdout=subprocess.PIPE, stderr=stderr
     )
     assert proc.stdout is not None
     deadline = time.monotonic() + 120
@@ -80,7 +81,7 @@ def test_sigterm_checkpoints_and_exits_143(tmp_path: Path) -> None:
     time.sleep(1)  # a few steps in
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=120)
-    assert proc.returncode == 143
+    assert proc.returncode == 143, (tmp_path / "stderr").read_text()[-3000:]
     assert torch.load(tmp_path / "custom-example.pt")["step"] > 0
 
 

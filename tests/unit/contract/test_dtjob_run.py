@@ -99,6 +99,34 @@ def test_sigterm_reaches_torchrun_and_exits_143(tmp_path: Path) -> None:
     assert child_exit((tmp_path / "termination-log").read_text()).exit_code == 143  # type: ignore[union-attr]
 
 
+# A launcher that, stopped by SIGTERM, exits 1 and writes nothing (torchrun did once in CI).
+SILENT_LAUNCHER = (
+    "import signal, sys, time\n"
+    "signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))\n"
+    "print('ready', flush=True)\n"
+    "time.sleep(60)\n"
+)
+
+
+def test_a_launcher_stopped_by_sigterm_that_names_no_child_exits_143(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "dtjob_trainer.dtjob_run",
+            "--",
+            sys.executable,
+            "-c",
+            SILENT_LAUNCHER,
+        ],
+        env={**ENV, "TORCHELASTIC_ERROR_FILE": str(tmp_path / "t")},
+        stdout=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 143  # the runtime's code for SIGTERM, not a permanent 1
+
+
 @pytest.mark.parametrize(("code", "expected"), [(0, 0), (3, 3)])
 def test_other_commands_pass_their_code_through(tmp_path: Path, code: int, expected: int) -> None:
     result = subprocess.run(
