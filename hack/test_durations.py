@@ -4,7 +4,8 @@
 
 Reads what `make test` leaves in its reports folder (TEST_REPORTS, default
 .test-reports/): `phases.tsv` (hack/timed.sh: each step's wall time and exit code) and one
-junit XML per pytest tier (`unit-integration.xml`, `e2e.xml`, `gpu-rehearsal.xml`). Writes
+junit XML per pytest tier (`unit.xml`, `integration.xml`, `e2e.xml`, `gpu-rehearsal.xml`;
+the steps of the two side-by-side lanes of hack/test-lanes.sh are the "lane:" phases). Writes
 the phases, each tier's total, every file's total, the top tests and those over 120 s,
 then prints the summary that ends every `.ci/run` log. Standard library only: it runs
 after a failed `make test` too, whatever state the venv is in.
@@ -98,10 +99,16 @@ def minutes(seconds: float) -> str:
 
 def summary(rec: dict[str, Any], top: int = 10) -> str:
     lines = ["== test timing summary (hack/test_durations.py)"]
-    total = sum(p["seconds"] for p in rec["phases"])
-    for p in rec["phases"]:
-        mark = "" if p["rc"] == 0 else f"  (exit {p['rc']})"
-        lines.append(f"  {p['phase']:<22} {minutes(p['seconds'])}{mark}")
+    # "lane:<step>" phases ran inside "lanes", side by side (hack/test-lanes.sh): shown
+    # indented under it, and not added to the total a second time.
+    in_lanes = [p for p in rec["phases"] if p["phase"].startswith("lane:")]
+    outer = [p for p in rec["phases"] if not p["phase"].startswith("lane:")]
+    total = sum(p["seconds"] for p in outer)
+    for p in outer:
+        for q in [p, *in_lanes] if p["phase"] == "lanes" else [p]:
+            mark = "" if q["rc"] == 0 else f"  (exit {q['rc']})"
+            name = f"  {q['phase'][5:]}" if q is not p else p["phase"]
+            lines.append(f"  {name:<22} {minutes(q['seconds'])}{mark}")
     if rec["phases"]:
         lines.append(f"  {'total':<22} {minutes(total)}")
     for tier, t in rec["tiers"].items():

@@ -1,10 +1,11 @@
-# `make test`: everything CI runs (.ci/run). Lint and mypy first (cheap, fail fast), then the
-# GPU rehearsal (mk/gpu.mk: the GPU machine's script on CPU under its torch), then the
-# unit and integration tests in one pytest run, then the end-to-end tier (real node, images,
-# chart) in a second one: it brings the cluster up with the real node, which the first run's
-# fake-node cluster does not have. DTJOB_E2E=0 leaves the tier out (a quick local loop).
-# Integration tests start the local cluster through their fixture; its binaries are built
-# here first, so a cold build is not charged to one test's timeout.
+# `make test`: everything CI runs (.ci/run). Lint and mypy first (cheap, fail fast), then
+# the cluster's binaries, then two lanes side by side (hack/test-lanes.sh): the GPU rehearsal
+# (mk/gpu.mk: the GPU machine's script on CPU under its torch) and the unit tests, which
+# compute; and the integration tests, then the end-to-end tier (real node, images, chart),
+# which mostly wait on the cluster. The e2e tier brings the cluster up with the real node,
+# which the integration tests' fake-node cluster does not have, so it follows them in their
+# lane. DTJOB_E2E=0 leaves the tier out (a quick local loop). The binaries are built before
+# the lanes, so a cold build is neither raced by both lanes nor charged to a test's timeout.
 TEST_BINARIES = etcd kube-apiserver kube-controller-manager kube-scheduler kwok kubectl helm \
   prometheus promtool
 PYTEST_ARGS ?=
@@ -20,15 +21,12 @@ QUICK_PATHS = tests/unit $(wildcard tests/integration/test_api_*.py)
 
 .PHONY: test test-quick test-integration test-gpu test-durations _pytest
 
-test: ## lint and mypy, GPU rehearsal, unit + integration tests, then the e2e tier (DTJOB_E2E=0 skips it)
+test: ## lint and mypy, then two lanes side by side: GPU rehearsal + unit tests, integration + e2e tier (DTJOB_E2E=0 skips e2e)
 	@rm -f $(TEST_REPORTS)/*.xml $(TEST_REPORTS)/phases.tsv
 	@$(TIMED) lint $(MAKE) --no-print-directory lint
 	@$(TIMED) typecheck $(MAKE) --no-print-directory typecheck
-	@$(TIMED) gpu-rehearsal $(MAKE) --no-print-directory gpu-rehearsal
-	@$(TIMED) unit+integration $(MAKE) --no-print-directory _pytest \
-	  PYTEST_MARK="not e2e and not gpu" PYTEST_TIER=unit-integration
-	@if [ "$$DTJOB_E2E" != 0 ]; then $(TIMED) e2e $(MAKE) --no-print-directory test-e2e; \
-	else echo "make test: e2e tier left out (DTJOB_E2E=0); make test-e2e runs it alone"; fi
+	@$(TIMED) binaries $(TOP)/hack/build-binaries.sh $(TEST_BINARIES) >/dev/null
+	@$(TIMED) lanes $(TOP)/hack/test-lanes.sh
 
 test-quick: ## the inner loop: lint, mypy, unit tests and the API-validation tests
 	@rm -f $(TEST_REPORTS)/*.xml $(TEST_REPORTS)/phases.tsv

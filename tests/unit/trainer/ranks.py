@@ -1,9 +1,10 @@
 """Running a test's own function as N real ranks over gloo on 127.0.0.1.
 
-`run_ranks(fn, world, *args)` spawns `world` processes (torch.multiprocessing, spawn), joins
-them in one gloo process group and calls `fn(rank, world, *args)` in each; it returns the
-values in rank order (anything torch.save can write). `fn` may live in a test module: the
-child loads the module from its file, so pytest's import mode does not matter.
+`run_ranks(fn, world, *args)` starts `world` processes (torch.multiprocessing, forked from a
+server that has imported torch and the trainer), joins them in one gloo process group and
+calls `fn(rank, world, *args)` in each; it returns the values in rank order (anything
+torch.save can write). `fn` may live in a test module: the child loads the module from its
+file, so pytest's import mode does not matter.
 
 `strategy_context(spec, rank, world, workdir)` builds the `RunContext` a strategy gets in a
 pod (contract variables, config, checkpoints, progress file) so a test can call a
@@ -14,6 +15,7 @@ cross-field rules, so a test can reach a strategy form those rules do not offer 
 from __future__ import annotations
 
 import importlib.util
+import multiprocessing
 import os
 import sys
 import traceback
@@ -27,6 +29,11 @@ import torch.multiprocessing as mp
 from unit.trainer.harness import free_port
 
 JOIN_TIMEOUT = 240.0
+# Ranks fork from a server that imported torch and the trainer once per pytest process
+# (rank_preload.py): a spawned rank spent 3-4 s of CPU importing them, most of a small
+# test's time on 2 cores. A forked rank is a fresh process all the same: its own gloo
+# group, globals and seeds; only the imported modules come from the server.
+multiprocessing.set_forkserver_preload(["unit.trainer.rank_preload", "unit.trainer.ranks"])
 
 
 def _load_function(path: str, qualname: str) -> Callable[..., Any]:
@@ -45,8 +52,19 @@ def _load_function(path: str, qualname: str) -> Callable[..., Any]:
 
 
 def _child(
-    rank: int, world: int, port: int, path: str, qualname: str, args: tuple[Any, ...], out: str
+    rank: int,
+    world: int,
+    port: int,
+    path: str,
+    qualname: str,
+    args: tuple[Any, ...],
+    out: str,
+    environ: dict[str, str],
 ) -> None:
+    # The fork server's environment is that of its start: the test's, as a spawned rank
+    # would have inherited it.
+    os.environ.clear()
+    os.environ.update(environ)
     torch.set_num_threads(1)
     try:
         dist.init_process_group(
@@ -69,8 +87,12 @@ def _child(
     os._exit(0)
 
 
-def run_ranks(fn: Callable[..., Any], world: int, *args: Any, workdir: Path) -> list[Any]:
-    """Run `fn(rank, world, *args)` on `world` gloo ranks; return the values by rank."""
+def run_ranks(
+    fn: Callable[..., Any], world: int, *args: Any, workdir: Path, fresh: bool = False
+) -> list[Any]:
+    """Run `fn(rank, world, *args)` on `world` gloo ranks; return the values by rank.
+    `fresh`: spawn each rank as a new interpreter instead, for a test whose environment must
+    reach the C library at process start (a malloc setting), which a fork does not re-read."""
     out = workdir / f"ranks-{fn.__name__}"
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("rank*.pt"):
@@ -78,10 +100,10 @@ def run_ranks(fn: Callable[..., Any], world: int, *args: Any, workdir: Path) -> 
     path = os.path.abspath(fn.__code__.co_filename)
     ctx = mp.start_processes(
         _child,
-        args=(world, free_port(), path, fn.__qualname__, args, str(out)),
+        args=(world, free_port(), path, fn.__qualname__, args, str(out), dict(os.environ)),
         nprocs=world,
         join=False,
-        start_method="spawn",
+        start_method="spawn" if fresh else "forkserver",
     )
     try:
         while not ctx.join(timeout=JOIN_TIMEOUT):

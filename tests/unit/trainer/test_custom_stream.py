@@ -130,16 +130,16 @@ def test_no_fsdp_rank_holds_a_streamed_model_whole(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Large allocations mmapped and unmapped on free: resident memory is then the live
-    # tensors, not what glibc's heap kept of freed ones (read by the spawned ranks).
+    # tensors, not what glibc's heap kept of freed ones (read by freshly spawned ranks).
     monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")
     tokens = tmp_path / "t.bin"
     spec = _spec("FSDP", tokens, "tiny_models:wide_stream", **WIDE)
     whole_bytes = sum(p.numel() * 8 for p in build_model(load_config(spec), meta=True).parameters())
     assert whole_bytes > 270e6
-    streamed = run_ranks(_fsdp_peak, 4, spec, workdir=tmp_path / "stream")
+    streamed = run_ranks(_fsdp_peak, 4, spec, workdir=tmp_path / "stream", fresh=True)
     listed = run_ranks(
         _fsdp_peak, 4, _spec("FSDP", tokens, "tiny_models:wide_list", **WIDE),
-        workdir=tmp_path / "list",
+        workdir=tmp_path / "list", fresh=True,
     )  # fmt: skip
     # The measure sees a factory that makes every block before returning...
     assert min(r["peak"] for r in listed) > 0.9 * whole_bytes
