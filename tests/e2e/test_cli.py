@@ -89,7 +89,7 @@ def test_why_names_the_quota_numbers(e2e: E2E, e2e_namespace: str, tmp_path: Pat
 
 def test_suspend_resume_round_trip(e2e: E2E, e2e_namespace: str, tmp_path: Path) -> None:
     ns = e2e_namespace
-    ok(e2e, "submit", "-f", str(manifest(tmp_path, "pausable", steps=1500)), "-n", ns)
+    ok(e2e, "submit", "-f", str(manifest(tmp_path, "pausable", steps=600)), "-n", ns)
     ok(e2e, "wait", "pausable", "--for=Running", "--timeout=300s", "-n", ns)
     assert ok(e2e, "suspend", "pausable", "-n", ns).endswith("pausable suspended\n")
     ok(e2e, "wait", "pausable", "--for=Suspended", "--timeout=180s", "-n", ns)

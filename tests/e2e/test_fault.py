@@ -18,7 +18,7 @@ def test_killed_container_restarts_gang_and_resumes_from_checkpoint(
     claim = e2e.hostpath_claim(ns, Path("/tmp") / f"dtjob-{ns}-ckpt")
     job = e2e.apply_example(
         "data-parallel", ns, checkpoint__claimName=claim, checkpoint__everySteps=50,
-        trainer__steps=600,
+        trainer__steps=300,
     )  # fmt: skip
     name = job["metadata"]["name"]
     deadline = time.monotonic() + 600
@@ -45,4 +45,4 @@ def test_killed_container_restarts_gang_and_resumes_from_checkpoint(
     assert done["status"]["phase"] == "Succeeded", done["status"]
     assert done["status"]["restarts"] >= 1
     assert after and min(after) >= ckpt, (ckpt, after)  # continued, not started over
-    assert done["status"]["progress"]["step"] == 600
+    assert done["status"]["progress"]["step"] == 300

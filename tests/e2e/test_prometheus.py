@@ -48,7 +48,7 @@ def test_prometheus_reads_the_operator_pods_job_metrics(
     assert target["labels"]["pod"].startswith(f"{RELEASE}-dtjob-operator-")
 
     ns = e2e_namespace
-    name = e2e.apply_example("data-parallel", ns, trainer__steps=600)["metadata"]["name"]
+    name = e2e.apply_example("data-parallel", ns, trainer__steps=400)["metadata"]["name"]
     loss = f'dtjob_job_loss{{namespace="{ns}",job="{name}"}}'
 
     def progress() -> dict[str, Any]:

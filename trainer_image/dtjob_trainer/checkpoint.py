@@ -47,7 +47,6 @@ from typing import Any
 
 import torch
 
-from dtjob_trainer.dcp_io import missing_shards
 from dtjob_trainer.errors import ConfigError
 
 FORMAT_VERSION = 1
@@ -240,6 +239,10 @@ class Checkpointer:
             data = json.loads((path / MARKER).read_text())
             if data.get("format") != SHARDED_FORMAT_VERSION:
                 raise ValueError(f"unknown format {data.get('format')!r}")
+            # Imported here: torch.distributed.checkpoint costs a trainer process about a
+            # second of CPU at start-up, and only sharded checkpoints need it (loop.py).
+            from dtjob_trainer.dcp_io import missing_shards
+
             missing = missing_shards(path)
             if missing:
                 raise ValueError(f"shard files missing or cut short: {', '.join(missing)}")

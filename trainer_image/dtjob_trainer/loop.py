@@ -28,13 +28,11 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint.api import CheckpointException
 
-from dtjob_trainer.async_checkpoint import AsyncSaver
 from dtjob_trainer.checkpoint import sharded_refusal
 from dtjob_trainer.console import Console
 from dtjob_trainer.context import RunContext, RunResult
@@ -42,7 +40,13 @@ from dtjob_trainer.data import epoch_of
 from dtjob_trainer.dist import broadcast_object
 from dtjob_trainer.errors import ConfigError, Preempted, ReplicaMismatch, TrainerError
 from dtjob_trainer.progress import utc_now
-from dtjob_trainer.sharded import ShardedState, load_sharded
+
+# torch.distributed.checkpoint (DCP), which sharded checkpoints are written and read with, is
+# imported where they are: it costs a trainer process about a second of CPU at start-up
+# (DTensor, sympy), and the parameter-server strategies never use it.
+if TYPE_CHECKING:
+    from dtjob_trainer.async_checkpoint import AsyncSaver
+    from dtjob_trainer.sharded import ShardedState
 
 # Upper bound on steps between stop-flag checks: SIGTERM is honoured within this many
 # steps even when the log interval is long, while one small collective per 10 steps costs
@@ -142,6 +146,10 @@ def _resume(ctx: RunContext, t: Trainable) -> int:
         return int(step)
     if t.sharded is None:
         raise ConfigError(sharded_refusal(sharded_name, t.name))
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    from dtjob_trainer.sharded import load_sharded
+
     try:
         load_sharded(t.sharded, ctx.checkpoints.directory / sharded_name, t.sync_group)
     except CheckpointException as exc:
@@ -169,6 +177,8 @@ def run_loop(ctx: RunContext, t: Trainable) -> RunResult:
     saver = None
     if t.save_sharded:
         assert t.sharded is not None, "save_sharded needs the sharded state"
+        from dtjob_trainer.async_checkpoint import AsyncSaver
+
         saver = AsyncSaver(
             ctx.checkpoints, t.sharded, t.name, ctx.rank, ctx.world_size, t.sync_group
         )

@@ -23,9 +23,14 @@ def crd(cluster) -> None:  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="module")
-def operator(cluster, crd, tmp_path_factory) -> Iterator[OperatorProcess]:  # type: ignore[no-untyped-def]
+def operator(cluster, crd, tmp_path_factory, request) -> Iterator[OperatorProcess]:  # type: ignore[no-untyped-def]
+    """The module's operator; a module's OPERATOR_ENV adds settings (DTJOB_*) of its own."""
     log = tmp_path_factory.mktemp("operator") / "operator.log"
-    proc = OperatorProcess(cluster.kubeconfig, log, {"DTJOB_TRAINER_IMAGE": "dtjob/trainer:test"})
+    env = {
+        "DTJOB_TRAINER_IMAGE": "dtjob/trainer:test",
+        **getattr(request.module, "OPERATOR_ENV", {}),
+    }
+    proc = OperatorProcess(cluster.kubeconfig, log, env)
     proc.start()
     yield proc
     proc.stop()

@@ -90,3 +90,19 @@ def test_a_launch_without_gpu_device_nodes_never_imports_torch() -> None:
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     )
     assert done.stdout.split() == ["gloo", "[]", "False"], done.stderr
+
+
+def test_parameter_server_processes_never_import_distributed_checkpoint() -> None:
+    # torch.distributed.checkpoint is a second of every trainer process's start-up; only
+    # sharded checkpoints and the full-state API (DataParallel, FSDP, ...) need it.
+    modules = ["ps_sync", "ps_async", "hogwild", "easgd", "easgd_round_robin"]
+    code = (
+        "import sys; import dtjob_trainer.runner, dtjob_trainer.loop; "
+        + "; ".join(f"import dtjob_trainer.strategies.{m}" for m in modules)
+        + "; print('torch.distributed.checkpoint' in sys.modules)"
+    )
+    env = {"PYTHONPATH": ":".join(CHILD_PATH), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.split() == ["False"], done.stderr
