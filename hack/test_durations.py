@@ -5,7 +5,7 @@
 Reads what `make test` leaves in its reports folder (TEST_REPORTS, default
 .test-reports/): `phases.tsv` (hack/timed.sh: each step's wall time and exit code) and one
 junit XML per pytest tier (`unit.xml`, `integration.xml`, `e2e.xml`, `gpu-rehearsal.xml`;
-the steps of the two side-by-side lanes of hack/test-lanes.sh are the "lane:" phases). Writes
+the steps of the side-by-side lanes of hack/test-lanes.sh are the "lane:" phases). Writes
 the phases, each tier's total, every file's total, the top tests and those over 120 s,
 then prints the summary that ends every `.ci/run` log. Standard library only: it runs
 after a failed `make test` too, whatever state the venv is in.

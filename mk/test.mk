@@ -1,11 +1,10 @@
 # `make test`: everything CI runs (.ci/run). Lint and mypy first (cheap, fail fast), then
-# the cluster's binaries, then two lanes side by side (hack/test-lanes.sh): the GPU rehearsal
-# (mk/gpu.mk: the GPU machine's script on CPU under its torch) and the unit tests, which
-# compute; and the integration tests, then the end-to-end tier (real node, images, chart),
-# which mostly wait on the cluster. The e2e tier brings the cluster up with the real node,
-# which the integration tests' fake-node cluster does not have, so it follows them in their
-# lane. DTJOB_E2E=0 leaves the tier out (a quick local loop). The binaries are built before
-# the lanes, so a cold build is neither raced by both lanes nor charged to a test's timeout.
+# the cluster's binaries, then three lanes side by side (hack/test-lanes.sh): the GPU
+# rehearsal (mk/gpu.mk: the GPU machine's script on CPU under its torch) and the unit tests,
+# which compute; the integration tests on a control plane of their own (fake GPU nodes); and
+# the end-to-end tier (real node, images, chart) on the default cluster with the real node.
+# DTJOB_E2E=0 leaves the e2e tier out (a quick local loop). The binaries are built before
+# the lanes, so a cold build is neither raced by two lanes nor charged to a test's timeout.
 TEST_BINARIES = etcd kube-apiserver kube-controller-manager kube-scheduler kwok kubectl helm \
   prometheus promtool
 PYTEST_ARGS ?=
@@ -21,7 +20,7 @@ QUICK_PATHS = tests/unit $(wildcard tests/integration/test_api_*.py)
 
 .PHONY: test test-quick test-integration test-gpu test-durations _pytest
 
-test: ## lint and mypy, then two lanes side by side: GPU rehearsal + unit tests, integration + e2e tier (DTJOB_E2E=0 skips e2e)
+test: ## lint and mypy, then side by side: GPU rehearsal + unit tests, integration tests, e2e tier (DTJOB_E2E=0 skips e2e)
 	@rm -f $(TEST_REPORTS)/*.xml $(TEST_REPORTS)/phases.tsv
 	@$(TIMED) lint $(MAKE) --no-print-directory lint
 	@$(TIMED) typecheck $(MAKE) --no-print-directory typecheck

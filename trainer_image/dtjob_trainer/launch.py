@@ -28,7 +28,7 @@ from dtjob_api.spec import StrategyType
 from dtjob_trainer.config import TrainerConfig, config_to_spec, load_config
 from dtjob_trainer.errors import ConfigError
 from dtjob_trainer.layout import plan_pods, pod_env
-from dtjob_trainer.procs import supervise, trainer_command
+from dtjob_trainer.procs import popen, supervise, trainer_command
 
 # Variables of the contract (and Kubernetes') never inherited from the launching shell.
 _CONTRACT_PREFIXES = ("DTJ_", "PET_", "KUBERNETES_")
@@ -247,4 +247,18 @@ def launch(
         if slices:
             env["CUDA_VISIBLE_DEVICES"] = slices[i]
         children.append((trainer_command("run", *run_args), {**base, **env}))
-    return supervise(children)
+    return supervise(children, start=starter(cfg, environ))
+
+
+def starter(cfg: TrainerConfig, environ: Mapping[str, str]) -> Callable[..., Any]:
+    """How the pods' processes start: forked from a server that imported torch and the
+    job's strategy once (`dtjob_trainer.forked`) on a machine without GPU device nodes,
+    unless DTJOB_LAUNCH_FORK=0; new interpreters otherwise."""
+    if environ.get("DTJOB_LAUNCH_FORK", "1") == "0" or any(
+        glob.glob(pattern) for pattern in GPU_DEVICE_NODES
+    ):
+        return popen
+    from dtjob_trainer.forked import forked_starter
+    from dtjob_trainer.strategies import MODULES, strategy_key
+
+    return forked_starter([f"dtjob_trainer.strategies.{MODULES[strategy_key(cfg)]}"])

@@ -11,8 +11,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import FrameType
+from typing import Any
 
 POLL_SECONDS = 0.1
 KILL_AFTER_SECONDS = 10.0
@@ -28,11 +29,20 @@ def trainer_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "dtjob_trainer", *args]
 
 
+def popen(argv: Sequence[str], env: Mapping[str, str]) -> Any:
+    """The default way to start a child: a new process running argv."""
+    return subprocess.Popen(list(argv), env=dict(env))
+
+
 def supervise(
-    children: Sequence[tuple[Sequence[str], Mapping[str, str]]], grace: float = 30.0
+    children: Sequence[tuple[Sequence[str], Mapping[str, str]]],
+    grace: float = 30.0,
+    start: Callable[[Sequence[str], Mapping[str, str]], Any] = popen,
 ) -> int:
-    """Start every (argv, env) child, wait for all of them, return the gang's exit code."""
-    procs = [subprocess.Popen(list(argv), env=dict(env)) for argv, env in children]
+    """Start every (argv, env) child with `start` (a Popen, or anything with its poll,
+    returncode, send_signal, terminate and kill: `forked.forked_starter`), wait for all of
+    them, return the gang's exit code."""
+    procs = [start(argv, env) for argv, env in children]
 
     def forward(signum: int, frame: FrameType | None) -> None:
         for p in procs:

@@ -1,0 +1,53 @@
+"""A local launch's processes forked from a server that imported torch and the trainer
+(`dtjob_trainer.forked`) behave as the interpreters they replace: the contract's
+environment reaches each, SIGTERM ends one with 143, a bad environment with 2; and the
+launcher forks only on a machine without GPU device nodes, unless told not to."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+from unit.trainer.harness import a_spec, free_port, trainer_env, wait_for
+
+from dtjob_trainer.config import load_config
+from dtjob_trainer.errors import EXIT_CONFIG, EXIT_PREEMPTED
+from dtjob_trainer.forked import ForkedChild, forked_starter
+from dtjob_trainer.launch import starter
+from dtjob_trainer.procs import popen, trainer_command
+
+START = forked_starter(["dtjob_trainer.strategies.data_parallel"])
+
+
+def test_a_forked_rank_waiting_for_its_peer_exits_143_on_sigterm(tmp_path: Path) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(a_spec("DataParallel")))
+    env = trainer_env(config, tmp_path / "ckpt", rank=1, world=2, port=free_port(), timeout=60)
+    child = START(trainer_command("run"), env)
+    assert isinstance(child, ForkedChild)
+    time.sleep(2)  # parsing its environment, then waiting for rank 0 (RANK=1 reached it)
+    assert child.poll() is None
+    assert _parent(child.pid) != os.getpid()  # forked by the server, not started by us
+    child.send_signal(signal.SIGTERM)
+    wait_for(lambda: child.poll() is not None, 30, "the forked rank to exit")
+    assert child.returncode == EXIT_PREEMPTED
+
+
+def test_a_forked_process_without_the_contract_exits_2() -> None:
+    child = START(trainer_command("run"), {"PATH": "/usr/bin:/bin"})
+    wait_for(lambda: child.poll() is not None, 30, "the forked process to exit")
+    assert child.returncode == EXIT_CONFIG
+
+
+def test_the_launcher_forks_without_gpu_device_nodes_unless_told_not_to() -> None:
+    cfg = load_config(a_spec("DataParallel"))
+    assert starter(cfg, {}) is not popen  # this machine has no /dev/nvidia*
+    assert starter(cfg, {"DTJOB_LAUNCH_FORK": "0"}) is popen
+
+
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as stat:
+        return int(stat.read().rsplit(")", 1)[1].split()[1])

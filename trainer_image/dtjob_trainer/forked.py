@@ -1,0 +1,101 @@
+"""Starting a local launch's processes by forking them from one that imported torch and the
+trainer once (a multiprocessing fork server), instead of starting each as a new interpreter.
+
+Each `python -m dtjob_trainer run` spends 3-4 s of CPU importing torch, torch.distributed
+and the strategy before its first collective; a local job of N processes paid that N times
+over, on a laptop's cores. Forked from the server, a process starts with them imported and
+is otherwise what `run` would be: its own pid and environment (set before anything reads
+it), its own process group membership, signals and exit code; it runs the same `main`.
+
+Only where no GPU is visible: the server never touches CUDA, but a forked process must not
+inherit anything of a driver, so with GPUs the launcher starts interpreters as before. The
+pod's own local ranks (`run` with LOCAL_WORLD_SIZE > 1) are always started as interpreters.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import signal
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
+
+# Imported by the server before any process forks from it.
+BASE_PRELOAD = ("torch", "torch.distributed", "dtjob_trainer.runner", "dtjob_trainer.context")
+
+
+class Child(Protocol):
+    """What `procs.supervise` needs of a child: the part of Popen it uses."""
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    def poll(self) -> int | None: ...
+
+    def send_signal(self, sig: int) -> None: ...
+
+    def terminate(self) -> None: ...
+
+    def kill(self) -> None: ...
+
+
+def _main(argv: list[str], environ: dict[str, str]) -> None:
+    """In the forked process: the environment `run` would have had, then `run` itself."""
+    os.environ.clear()
+    os.environ.update(environ)
+    from dtjob_trainer.__main__ import main
+
+    code = main(argv)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code or 0)
+
+
+class ForkedChild:
+    """A process forked from the server, with Popen's poll/returncode/signal methods."""
+
+    def __init__(self, ctx: multiprocessing.context.ForkServerContext, argv: list[str],
+                 environ: dict[str, str]) -> None:  # fmt: skip
+        self._process = ctx.Process(target=_main, args=(argv, environ))
+        self._process.start()
+        self.pid = self._process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self._process.exitcode
+
+    def poll(self) -> int | None:
+        return self._process.exitcode
+
+    def send_signal(self, sig: int) -> None:
+        if self._process.exitcode is None and self.pid is not None:
+            with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+                os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+def run_args(argv: Sequence[str]) -> list[str]:
+    """The arguments of `main` in a trainer command (`python -m dtjob_trainer <args>`)."""
+    argv = list(argv)
+    if argv[1:3] != ["-m", "dtjob_trainer"]:
+        raise ValueError(f"not a trainer command: {argv[:3]}")
+    return argv[3:]
+
+
+def forked_starter(preload: Sequence[str]) -> Callable[[Sequence[str], Mapping[str, str]], Child]:
+    """A `start(argv, env)` for `procs.supervise` that forks trainer commands from a server
+    that imported BASE_PRELOAD and `preload` (module names; the job's strategy)."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload([*BASE_PRELOAD, *preload])
+
+    def start(argv: Sequence[str], env: Mapping[str, str]) -> Child:
+        return ForkedChild(ctx, run_args(argv), dict(env))
+
+    return start
