@@ -108,17 +108,14 @@ SILENT_LAUNCHER = (
 )
 
 
+def python_under_dtjob_run(code: str) -> list[str]:
+    """dtjob-run running `python -c code` (a command that is not torchrun)."""
+    return [sys.executable, "-m", "dtjob_trainer.dtjob_run", "--", sys.executable, "-c", code]
+
+
 def test_a_launcher_stopped_by_sigterm_that_names_no_child_exits_143(tmp_path: Path) -> None:
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "dtjob_trainer.dtjob_run",
-            "--",
-            sys.executable,
-            "-c",
-            SILENT_LAUNCHER,
-        ],
+        python_under_dtjob_run(SILENT_LAUNCHER),
         env={**ENV, "TORCHELASTIC_ERROR_FILE": str(tmp_path / "t")},
         stdout=subprocess.PIPE,
     )
@@ -130,15 +127,7 @@ def test_a_launcher_stopped_by_sigterm_that_names_no_child_exits_143(tmp_path: P
 @pytest.mark.parametrize(("code", "expected"), [(0, 0), (3, 3)])
 def test_other_commands_pass_their_code_through(tmp_path: Path, code: int, expected: int) -> None:
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "dtjob_trainer.dtjob_run",
-            "--",
-            sys.executable,
-            "-c",
-            f"import sys; sys.exit({code})",
-        ],
+        python_under_dtjob_run(f"import sys; sys.exit({code})"),
         env={**ENV, "TORCHELASTIC_ERROR_FILE": str(tmp_path / "t")},
         check=False,
     )
