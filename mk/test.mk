@@ -14,8 +14,9 @@ PYTEST_PATHS ?= tests
 # bench/results/test_durations.json and a summary.
 export TEST_REPORTS ?= $(TOP)/.test-reports
 TIMED = $(TOP)/hack/timed.sh
-# The inner loop: everything but the cluster lifecycle, operator and e2e tests. The API
-# validation tests need the control plane (the fixture starts it).
+# The inner loop: the unit tests that start no process (tests/conftest.py marks the others
+# `procs`: the multi-process trainer tests are most of the unit lane's 37 min) and the API
+# validation tests, which need the control plane (the fixture starts it).
 QUICK_PATHS = tests/unit $(wildcard tests/integration/test_api_*.py)
 
 .PHONY: test test-quick test-integration test-gpu test-durations _pytest
@@ -27,11 +28,11 @@ test: ## lint and mypy, then side by side: GPU rehearsal + unit tests, integrati
 	@$(TIMED) binaries $(TOP)/hack/build-binaries.sh $(TEST_BINARIES) >/dev/null
 	@$(TIMED) lanes $(TOP)/hack/test-lanes.sh
 
-test-quick: ## the inner loop: lint, mypy, unit tests and the API-validation tests
+test-quick: ## the inner loop: lint, mypy, the unit tests that start no process, the API-validation tests
 	@rm -f $(TEST_REPORTS)/*.xml $(TEST_REPORTS)/phases.tsv
 	@$(TIMED) lint $(MAKE) --no-print-directory lint
 	@$(TIMED) typecheck $(MAKE) --no-print-directory typecheck
-	@$(TIMED) quick $(MAKE) --no-print-directory _pytest PYTEST_MARK="not e2e and not gpu" \
+	@$(TIMED) quick $(MAKE) --no-print-directory _pytest PYTEST_MARK="not e2e and not gpu and not procs" \
 	  PYTEST_TIER=quick PYTEST_PATHS="$(QUICK_PATHS)"
 	@python3 $(TOP)/hack/test_durations.py --out $(TEST_REPORTS)/test_durations.json
 

@@ -3,11 +3,14 @@
 Markers (registered in pyproject.toml, --strict-markers) follow the directory, so a test
 cannot forget them: tests/integration needs the control plane, tests/e2e a real node too,
 tests/gpu a CUDA device. `make test` runs `-m "not e2e and not gpu"`, `make test-gpu` the
-GPU tier.
+GPU tier. A unit test module that starts processes (trainer ranks through `run_ranks` or the
+launcher, or any subprocess) is marked `procs`: `make test-quick` leaves those out.
 """
 
 from __future__ import annotations
 
+import functools
+import re
 from pathlib import Path
 
 import pytest
@@ -19,6 +22,18 @@ _BY_DIR = {
 }
 
 
+# What starts processes in a test module: the harnesses' launchers and subprocess itself.
+_STARTS_PROCESSES = re.compile(
+    r"\b(run_ranks|launch|start_launch|stop_after_checkpoint|resume_check)\(|"
+    r"subprocess\.(Popen|run|check_output|check_call)\("
+)
+
+
+@functools.cache
+def _starts_processes(path: Path) -> bool:
+    return bool(_STARTS_PROCESSES.search(path.read_text(errors="replace")))
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     root = Path(__file__).parent
     for item in items:
@@ -26,3 +41,5 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         parts = path.relative_to(root).parts if path.is_relative_to(root) else ()
         if parts and parts[0] in _BY_DIR:
             item.add_marker(_BY_DIR[parts[0]])
+        elif parts and parts[0] == "unit" and _starts_processes(path):
+            item.add_marker(pytest.mark.procs)
