@@ -20,25 +20,11 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol
+
+from dtjob_trainer.procs import Child
 
 # Imported by the server before any process forks from it.
 BASE_PRELOAD = ("torch", "torch.distributed", "dtjob_trainer.runner", "dtjob_trainer.context")
-
-
-class Child(Protocol):
-    """What `procs.supervise` needs of a child: the part of Popen it uses."""
-
-    @property
-    def returncode(self) -> int | None: ...
-
-    def poll(self) -> int | None: ...
-
-    def send_signal(self, sig: int) -> None: ...
-
-    def terminate(self) -> None: ...
-
-    def kill(self) -> None: ...
 
 
 def _main(argv: list[str], environ: dict[str, str]) -> None:

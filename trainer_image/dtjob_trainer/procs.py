@@ -13,7 +13,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from types import FrameType
-from typing import Any
+from typing import Protocol
 
 POLL_SECONDS = 0.1
 KILL_AFTER_SECONDS = 10.0
@@ -29,7 +29,23 @@ def trainer_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "dtjob_trainer", *args]
 
 
-def popen(argv: Sequence[str], env: Mapping[str, str]) -> Any:
+class Child(Protocol):
+    """What `supervise` needs of a child: the part of Popen it uses (a Popen, or
+    `forked.ForkedChild`)."""
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    def poll(self) -> int | None: ...
+
+    def send_signal(self, sig: int) -> None: ...
+
+    def terminate(self) -> None: ...
+
+    def kill(self) -> None: ...
+
+
+def popen(argv: Sequence[str], env: Mapping[str, str]) -> Child:
     """The default way to start a child: a new process running argv."""
     return subprocess.Popen(list(argv), env=dict(env))
 
@@ -37,7 +53,7 @@ def popen(argv: Sequence[str], env: Mapping[str, str]) -> Any:
 def supervise(
     children: Sequence[tuple[Sequence[str], Mapping[str, str]]],
     grace: float = 30.0,
-    start: Callable[[Sequence[str], Mapping[str, str]], Any] = popen,
+    start: Callable[[Sequence[str], Mapping[str, str]], Child] = popen,
 ) -> int:
     """Start every (argv, env) child with `start` (a Popen, or anything with its poll,
     returncode, send_signal, terminate and kill: `forked.forked_starter`), wait for all of
@@ -76,6 +92,6 @@ def supervise(
         for s, handler in previous.items():
             signal.signal(s, handler)
     if first_failure is None:
-        failed = [exit_code(p.returncode) for p in procs if p.returncode != 0]
+        failed = [exit_code(p.returncode) for p in procs if p.returncode]  # all ended by now
         first_failure = failed[0] if failed else 0
     return first_failure
