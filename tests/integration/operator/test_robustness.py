@@ -118,13 +118,39 @@ def test_operator_outlives_a_control_plane_outage_and_converges_every_job(
             wait_for(lambda n=name: job_pods(cluster.core, namespace, n), 60, what=f"{name} pods")
         created = time.monotonic() - back
         for name in (before, after):
-            wait_phase(cluster.api, namespace, name, "Running", timeout=180)
+            try:
+                # Up to 5 min, kube-scheduler's podMaxInUnschedulablePodsDuration: once (a CI
+                # run under load) a pod created just before the outage was still not ready
+                # 180 s after it. The message then says where each pod stands.
+                wait_phase(cluster.api, namespace, name, "Running", timeout=300)
+            except TimeoutError as exc:
+                pods = _pod_states(cluster.core, namespace, name)
+                raise AssertionError(f"{exc}\npods: {pods}") from None
         running = time.monotonic() - back
         print(f"{component} outage {OUTAGE_SECONDS:.0f}s; after it was back: every gang "
               f"created in {created:.1f}s, every job Running in {running:.1f}s")  # fmt: skip
         assert operator.proc.poll() is None
     finally:
         settle_control_plane(cluster.core)
+
+
+def _pod_states(core: client.CoreV1Api, ns: str, name: str) -> list[dict[str, Any]]:
+    """Where each pod of the job stands, for a failure message: bound or not, by whom."""
+    return [
+        {
+            "pod": p.metadata.name,
+            "node": p.spec.node_name,
+            "phase": p.status.phase,
+            "conditions": [(c.type, c.status, c.reason) for c in p.status.conditions or []],
+            "events": [
+                (e.reason, e.message)
+                for e in core.list_namespaced_event(
+                    ns, field_selector=f"involvedObject.name={p.metadata.name}"
+                ).items
+            ],
+        }
+        for p in job_pods(core, ns, name)
+    ]
 
 
 def settle_control_plane(core: client.CoreV1Api) -> None:

@@ -1,14 +1,16 @@
 """Running the real trainer in real processes from tests.
 
 `a_spec(...)` builds a job spec (fluent keyword overrides); `launch(...)` runs
-`python -m dtjob_trainer launch` and returns its exit code, output and the RunResult that
-rank 0 saved; `start_launch(...)` returns the running process for signal tests;
-`stop_after_checkpoint(...)` SIGTERMs a launch once it has checkpointed; `trainer_env(...)`
-is the contract environment of one process for tests that start `run` processes themselves.
+`python -m dtjob_trainer launch` (forked from the tests' server: forkserver.py) and
+returns its exit code, output and the RunResult that rank 0 saved; `start_launch(...)`
+returns the running process for signal tests; `stop_after_checkpoint(...)` SIGTERMs a
+launch once it has checkpointed; `trainer_env(...)` is the contract environment of one
+process for tests that start `run` processes themselves.
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import signal
@@ -22,6 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from unit.trainer.forkserver import ForkedLaunch
+
+from dtjob_trainer.launch import GPU_DEVICE_NODES
 
 REPO = Path(__file__).resolve().parents[3]
 TRAINER_ROOT = REPO / "trainer_image"
@@ -103,24 +108,26 @@ def _launch_argv(spec_file: Path, ckpt: Path, result: Path, args: list[str]) -> 
 
 def start_launch(
     spec: dict[str, Any], workdir: Path, *args: str, name: str = "job"
-) -> tuple[subprocess.Popen[str], Path, Path]:
+) -> tuple[subprocess.Popen[str] | ForkedLaunch, Path, Path]:
     """Start a launch; returns (process, checkpoint dir, result file)."""
     workdir.mkdir(parents=True, exist_ok=True)
     spec_file = workdir / f"{name}.json"
     spec_file.write_text(json.dumps(spec))
     ckpt, result = workdir / f"{name}-ckpt", workdir / f"{name}-result.pt"
     result.unlink(missing_ok=True)
-    proc = subprocess.Popen(
-        _launch_argv(spec_file, ckpt, result, list(args)),
-        env=child_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    argv = _launch_argv(spec_file, ckpt, result, list(args))
+    if not any(glob.glob(pattern) for pattern in GPU_DEVICE_NODES):
+        # Forked from the tests' server, which imported torch and the trainer once
+        # (forkserver.py); the command's own output goes to a file beside the spec.
+        return ForkedLaunch(argv[3:], child_env(), workdir / f"{name}.log"), ckpt, result
+    proc = subprocess.Popen(argv, env=child_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)  # fmt: skip
     return proc, ckpt, result
 
 
-def finish(proc: subprocess.Popen[str], ckpt: Path, result: Path, timeout: float = 240) -> Outcome:
+def finish(
+    proc: subprocess.Popen[str] | ForkedLaunch, ckpt: Path, result: Path, timeout: float = 240
+) -> Outcome:
     """Wait for a started launch and collect its outcome."""
     output, _ = proc.communicate(timeout=timeout)
     loaded = torch.load(result, weights_only=False) if result.exists() else None

@@ -1,7 +1,7 @@
-"""What the rank fork server (ranks.py) imports once, before any rank forks from it: torch,
-its distributed packages and every strategy module. `import torch` alone is over 2 s of CPU
-and the distributed checkpoint and DTensor packages another second; each forked rank then
-starts with them imported instead of importing them again."""
+"""What the tests' fork server (forkserver.py) imports once, before any rank or launcher
+forks from it: torch, its distributed packages, every strategy module and the launcher.
+`import torch` alone is over 2 s of CPU and the distributed checkpoint and DTensor packages
+another second; each forked process then starts with them imported."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ import torch.distributed.fsdp
 import torch.distributed.tensor
 import torch.nn  # noqa: F401
 
-from dtjob_trainer import context  # noqa: F401
+from dtjob_trainer import __main__ as command  # noqa: F401
+from dtjob_trainer import context, launch  # noqa: F401
 from dtjob_trainer.strategies import MODULES
 
 for _module in MODULES.values():

@@ -15,7 +15,6 @@ cross-field rules, so a test can reach a strategy form those rules do not offer 
 from __future__ import annotations
 
 import importlib.util
-import multiprocessing
 import os
 import sys
 import traceback
@@ -26,14 +25,14 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from unit.trainer import forkserver
 from unit.trainer.harness import free_port
 
 JOIN_TIMEOUT = 240.0
 # Ranks fork from a server that imported torch and the trainer once per pytest process
-# (rank_preload.py): a spawned rank spent 3-4 s of CPU importing them, most of a small
+# (forkserver.py): a spawned rank spent 3-4 s of CPU importing them, most of a small
 # test's time on 2 cores. A forked rank is a fresh process all the same: its own gloo
 # group, globals and seeds; only the imported modules come from the server.
-multiprocessing.set_forkserver_preload(["unit.trainer.rank_preload", "unit.trainer.ranks"])
 
 
 def _load_function(path: str, qualname: str) -> Callable[..., Any]:
@@ -87,23 +86,20 @@ def _child(
     os._exit(0)
 
 
-def run_ranks(
-    fn: Callable[..., Any], world: int, *args: Any, workdir: Path, fresh: bool = False
-) -> list[Any]:
-    """Run `fn(rank, world, *args)` on `world` gloo ranks; return the values by rank.
-    `fresh`: spawn each rank as a new interpreter instead, for a test whose environment must
-    reach the C library at process start (a malloc setting), which a fork does not re-read."""
+def run_ranks(fn: Callable[..., Any], world: int, *args: Any, workdir: Path) -> list[Any]:
+    """Run `fn(rank, world, *args)` on `world` gloo ranks; return the values by rank."""
     out = workdir / f"ranks-{fn.__name__}"
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("rank*.pt"):
         old.unlink()
     path = os.path.abspath(fn.__code__.co_filename)
+    forkserver.context()  # started with one OpenMP thread
     ctx = mp.start_processes(
         _child,
         args=(world, free_port(), path, fn.__qualname__, args, str(out), dict(os.environ)),
         nprocs=world,
         join=False,
-        start_method="spawn" if fresh else "forkserver",
+        start_method="forkserver",
     )
     try:
         while not ctx.join(timeout=JOIN_TIMEOUT):

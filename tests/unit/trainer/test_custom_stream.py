@@ -5,6 +5,7 @@ in host memory; its errors are config errors naming the field and the block."""
 
 from __future__ import annotations
 
+import ctypes
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from dtjob_trainer.models import build_model
 STREAM = "tiny_models:residual_mlp_stream"
 # 24 layers of 1200 x 1200 in fp64: 277 MB, 11.5 MB a block (large beside the measure's
 # constant, the library pages a build first touches).
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
 WIDE = {"width": 1200, "depth": 24, "classes": 10}
 
 
@@ -111,6 +113,9 @@ def _fsdp_peak(rank: int, world: int, spec: dict[str, Any]) -> dict[str, int]:
 
     from dtjob_trainer.meta_init import materialize_sharded
 
+    # Large allocations mmapped and unmapped on free (glibc's M_MMAP_THRESHOLD, fixed):
+    # resident memory is then the live tensors, not what the heap kept of freed ones.
+    ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, 65536)
     cfg = load_config(spec)
     mesh = init_device_mesh("cpu", (world,))
     with open("/proc/self/clear_refs", "w") as refs:
@@ -126,20 +131,15 @@ def _fsdp_peak(rank: int, world: int, spec: dict[str, Any]) -> dict[str, int]:
     return {"peak": peak, "held": held}
 
 
-def test_no_fsdp_rank_holds_a_streamed_model_whole(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Large allocations mmapped and unmapped on free: resident memory is then the live
-    # tensors, not what glibc's heap kept of freed ones (read by freshly spawned ranks).
-    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")
+def test_no_fsdp_rank_holds_a_streamed_model_whole(tmp_path: Path) -> None:
     tokens = tmp_path / "t.bin"
     spec = _spec("FSDP", tokens, "tiny_models:wide_stream", **WIDE)
     whole_bytes = sum(p.numel() * 8 for p in build_model(load_config(spec), meta=True).parameters())
     assert whole_bytes > 270e6
-    streamed = run_ranks(_fsdp_peak, 4, spec, workdir=tmp_path / "stream", fresh=True)
+    streamed = run_ranks(_fsdp_peak, 4, spec, workdir=tmp_path / "stream")
     listed = run_ranks(
         _fsdp_peak, 4, _spec("FSDP", tokens, "tiny_models:wide_list", **WIDE),
-        workdir=tmp_path / "list", fresh=True,
+        workdir=tmp_path / "list",
     )  # fmt: skip
     # The measure sees a factory that makes every block before returning...
     assert min(r["peak"] for r in listed) > 0.9 * whole_bytes

@@ -8,10 +8,13 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
-from unit.trainer.harness import a_spec, free_port, trainer_env, wait_for
+import torch
+from unit.trainer.harness import a_spec, child_env, free_port, launch, trainer_env, wait_for
 
 from dtjob_trainer.config import load_config
 from dtjob_trainer.errors import EXIT_CONFIG, EXIT_PREEMPTED
@@ -51,3 +54,20 @@ def test_the_launcher_forks_without_gpu_device_nodes_unless_told_not_to() -> Non
 def _parent(pid: int) -> int:
     with open(f"/proc/{pid}/stat") as stat:
         return int(stat.read().rsplit(")", 1)[1].split()[1])
+
+
+def test_the_command_and_the_tests_launcher_train_alike(tmp_path: Path) -> None:
+    # The tests fork `launch` from their own server, and its processes from the launcher
+    # (forkserver.py); the command forks them from a server of its own. Same losses, bit
+    # for bit (fp64).
+    spec = a_spec("DataParallel", steps=6)
+    forked = launch(spec, tmp_path / "tests")
+    spec_file, ckpt, result = tmp_path / "job.json", tmp_path / "ckpt", tmp_path / "result.pt"
+    spec_file.write_text(json.dumps(spec))
+    argv = [sys.executable, "-m", "dtjob_trainer", "launch", "--checkpoint-dir", str(ckpt),
+            "--result-file", str(result), str(spec_file)]  # fmt: skip
+    command = subprocess.run(argv, env=child_env(), capture_output=True, text=True, timeout=120)
+    assert command.returncode == 0, command.stdout + command.stderr
+    assert forked.rc == 0, forked.output
+    assert forked.result is not None and len(forked.result["losses"]) == 6
+    assert torch.load(result, weights_only=False)["losses"] == forked.result["losses"]

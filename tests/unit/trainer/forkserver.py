@@ -1,0 +1,131 @@
+"""The tests' fork server: one per pytest process, which imports torch, its distributed
+packages, every strategy and the launcher once (rank_preload.py). `run_ranks` forks its
+ranks from it, and `ForkedLaunch` forks `dtjob-trainer launch` from it, whose launcher then
+forks the pods' processes from itself. Started as interpreters, each launch paid its own
+fork server's imports (3-4 s of CPU of a small launch's 4-5 s) and its launcher's.
+
+A forked launcher runs `dtjob_trainer.__main__.main(["launch", ...])`, the command's own
+code, with the environment a subprocess would have had and its output in a file. What
+differs from the command is where its processes fork from: the launcher itself, which has
+what the command's server would import, instead of a server of its own
+(`dtjob_trainer.forked`; tests/unit/trainer/test_forked.py runs the command's own path,
+and shows both train alike). With GPU device nodes the harness starts the command as a
+subprocess, as the launcher would start interpreters there.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.context
+import os
+import subprocess
+import sys
+import traceback
+from collections.abc import Mapping, Sequence
+from multiprocessing import forkserver as mp_forkserver
+from pathlib import Path
+from typing import Any
+
+PRELOAD = ["unit.trainer.rank_preload", "unit.trainer.ranks", "unit.trainer.forkserver"]
+
+
+def context() -> multiprocessing.context.ForkServerContext:
+    """The forkserver context, its server running. OpenMP reads OMP_NUM_THREADS once, when
+    torch loads, so the server is started with the one thread a test's process gets
+    (`child_env`): set later, in a forked process, the variable would not count, and
+    torch.set_num_threads before a fork leaves the children an invalid thread pool."""
+    ctx = multiprocessing.get_context("forkserver")
+    # The preload is process-wide and read when the server starts: set here, since
+    # `dtjob_trainer.forked.forked_starter` (test_forked.py) sets it too.
+    ctx.set_forkserver_preload(PRELOAD)
+    saved = os.environ.get("OMP_NUM_THREADS")
+    os.environ["OMP_NUM_THREADS"] = "1"
+    try:
+        mp_forkserver.ensure_running()
+    finally:
+        if saved is None:
+            del os.environ["OMP_NUM_THREADS"]
+        else:
+            os.environ["OMP_NUM_THREADS"] = saved
+    return ctx
+
+
+def _fork_from_here(cfg: Any, environ: Mapping[str, str]) -> Any:
+    """`launch.starter` in a forked launcher: the command's choice, but a fork of this
+    process (which has torch and every strategy imported) where it would fork a server's."""
+    from dtjob_trainer.forked import ForkedChild, run_args
+    from dtjob_trainer.procs import popen
+
+    if _command_starter(cfg, environ) is popen:  # DTJOB_LAUNCH_FORK=0
+        return popen
+    ctx = multiprocessing.get_context("fork")
+
+    def start(argv: Sequence[str], env: Mapping[str, str]) -> Any:
+        return ForkedChild(ctx, run_args(argv), dict(env))
+
+    return start
+
+
+_command_starter: Any = None
+
+
+def _launch_main(argv: list[str], environ: dict[str, str], output: str) -> None:
+    """In the forked launcher: the subprocess's output file and environment, then `main`."""
+    global _command_starter
+    fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    os.environ.clear()
+    os.environ.update(environ)
+    from dtjob_trainer import launch
+    from dtjob_trainer.__main__ import main
+
+    _command_starter = launch.starter
+    launch.starter = _fork_from_here
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code or 0)
+
+
+class ForkedLaunch:
+    """`python -m dtjob_trainer launch <argv>` forked from the server: the Popen methods
+    the harness and the tests use (poll, returncode, send_signal, wait, communicate)."""
+
+    def __init__(self, argv: list[str], env: Mapping[str, str], output: Path) -> None:
+        self._output = output
+        self._process = context().Process(target=_launch_main, args=(argv, dict(env), str(output)))
+        self._process.start()
+        self.pid = self._process.pid
+        self.args = argv
+
+    @property
+    def returncode(self) -> int | None:
+        return self._process.exitcode  # -N when killed by signal N, as Popen's
+
+    def poll(self) -> int | None:
+        return self._process.exitcode
+
+    def send_signal(self, sig: int) -> None:
+        if self._process.exitcode is None and self.pid is not None:
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self._process.kill()
+
+    def wait(self, timeout: float | None = None) -> int:
+        self._process.join(timeout)
+        if self._process.exitcode is None:
+            raise subprocess.TimeoutExpired(["dtjob_trainer", *self.args], timeout or 0)
+        return self._process.exitcode
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, None]:
+        self.wait(timeout)
+        return self._output.read_text(errors="replace"), None
