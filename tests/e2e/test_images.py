@@ -20,16 +20,18 @@ LABEL = "dtjob.io/node"  # the real node's label and taint (hack/realnode_overla
 # size, which is what Python checks before it compiles instead. (Hash-based ones are
 # checked by hash or not at all: accepted as they are.)
 CHECK = r"""
-import importlib, importlib.util, json, os, sys
+import importlib, json, os, sys
 for name in sys.argv[1:]:
     importlib.import_module(name)
 missing = []
 for name, module in list(sys.modules.items()):
-    src = getattr(module, "__file__", None) or ""
-    if not src.endswith(".py"):
+    # Modules loaded from a source file (not __main__, not torch's module-like namespaces).
+    spec = getattr(module, "__spec__", None)
+    src = spec.origin if spec is not None and spec.has_location else None
+    if not src or not src.endswith(".py") or not spec.cached:
         continue
     try:
-        with open(importlib.util.cache_from_source(src), "rb") as f:
+        with open(spec.cached, "rb") as f:
             head = f.read(16)
     except OSError:
         missing.append(name)
