@@ -22,6 +22,7 @@ from helpers.kube import (
     EXIT_CODE,
     GPU,
     apply_quota,
+    events_for,
     fake_gpu_node,
     pod_deletions,
     unique,
@@ -261,10 +262,12 @@ def test_gang_that_cannot_be_placed_is_released_and_requeued(cluster, namespace,
             lambda: not [p for p in core.list_namespaced_pod(namespace).items if live(p)],
             what="the released pods gone",
         )
-        events = core.list_namespaced_event(
-            namespace, field_selector="involvedObject.name=stuck"
-        ).items
-        assert any(e.reason == "PodsReadyTimeout" for e in events)
+        # The event follows the status patch (a CI run once listed the events between the
+        # two): waited for, not read once.
+        wait_for(
+            lambda: events_for(core, namespace, "stuck", "PodsReadyTimeout"),
+            what="the PodsReadyTimeout event",
+        )
         # After the backoff it is admitted again (and will be released again).
         wait_phase(cluster.api, namespace, "stuck", "Starting", timeout=30)
 

@@ -83,7 +83,11 @@ def test_a_job_nested_as_deep_as_the_api_server_allows_cannot_hurt_the_operator(
         assert failed["reason"] == "InvalidSpec"
         assert failed["message"].startswith("spec.roles.worker.template.affinity.a.a")
         assert "nested more than 100 levels" in failed["message"]
-        assert events_for(cluster.core, namespace, hostile, "InvalidSpec")
+        # The event follows the status patch: waited for, not read once.
+        wait_for(
+            lambda: events_for(cluster.core, namespace, hostile, "InvalidSpec"),
+            what="the InvalidSpec event",
+        )
     assert operator.proc is not None and operator.proc.poll() is None
     # And a job created after it still runs: the watches did not die.
     later = unique("later")
