@@ -211,6 +211,11 @@ class Caches:
         for informer in self.informers:
             informer.stop()
 
+    def relist(self) -> None:
+        """Every cache listed afresh (after an API server outage: Informer.relist)."""
+        for informer in self.informers:
+            informer.relist()
+
     def synced(self) -> bool:
         return bool(self.informers) and all(i.synced.is_set() for i in self.informers)
 

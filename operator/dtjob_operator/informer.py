@@ -108,6 +108,7 @@ class Informer:
         self._index: dict[Key, set[Key]] = {}
         self._rv: str | None = None
         self._stop = threading.Event()
+        self._relist_now = threading.Event()
         self._response: Any = None
         self._thread: threading.Thread | None = None
         self.synced = threading.Event()
@@ -141,6 +142,18 @@ class Informer:
                                         daemon=True)  # fmt: skip
         self._thread.start()
 
+    def relist(self) -> None:
+        """List afresh now, cutting the watch short: after the API server was unreachable.
+        A watch resumed from its resourceVersion across the API server's restart is the one
+        path where a missed event would leave the cache stale with nothing to correct it
+        (a job whose pod turned ready as the API server stopped stayed Starting for the 5
+        minutes a test waited); a fresh list costs a call per informer and outage."""
+        self._relist_now.set()
+        resp = self._response
+        if resp is not None:
+            with contextlib.suppress(Exception):
+                resp.shutdown()
+
     def stop(self) -> None:
         self._stop.set()
         resp = self._response
@@ -155,7 +168,8 @@ class Informer:
         failures = 0
         while not self._stop.is_set():
             try:
-                if self._rv is None:
+                if self._rv is None or self._relist_now.is_set():
+                    self._relist_now.clear()
                     self._relist()
                 self._watch()
                 failures = 0
@@ -169,6 +183,8 @@ class Informer:
             except Exception as exc:  # an informer must outlive any failure
                 if self._stop.is_set():
                     return
+                if self._relist_now.is_set():  # relist() cut the watch: no failure
+                    continue
                 delay = BACKOFFS[min(failures, len(BACKOFFS) - 1)]
                 failures += 1
                 level = logging.INFO if failures == 1 else logging.WARNING

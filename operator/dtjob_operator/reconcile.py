@@ -175,6 +175,7 @@ class Reconciler:
         (re-listed, so none waits out an error backoff or depends on a missed event)."""
         log.warning("API server reachable again after %.1fs; looking at every job", down_seconds)
         self._failures.clear()
+        self.caches.relist()
         try:
             self.enqueue_all()
         except Exception as exc:  # the next recovery or the watches will catch up

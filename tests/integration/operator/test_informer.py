@@ -91,3 +91,18 @@ def test_a_resource_version_too_old_is_answered_by_a_new_list(cluster, namespace
     assert informer.synced.wait(30)
     assert names(informer.indexed(namespace, "j")) == {"p"}
     assert informer.lists == 1
+
+
+def test_relist_lists_again_at_once_and_keeps_the_cache(cluster, namespace, informer) -> None:  # type: ignore[no-untyped-def]
+    # After an API server outage the operator asks every cache for a fresh list rather
+    # than trusting a watch resumed across the restart: it comes at once (the watch is cut,
+    # not waited out) and leaves the cache whole, with no failure counted.
+    core: client.CoreV1Api = cluster.core
+    core.create_namespaced_pod(namespace, pod("p0", "jr"))
+    informer.start()
+    wait_for(lambda: informer.synced.is_set() and names(informer.items()) == {"p0"}, 30)
+    lists = informer.lists
+    informer.relist()
+    wait_for(lambda: informer.lists == lists + 1, 10, what="a fresh list")
+    core.create_namespaced_pod(namespace, pod("p1", "jr"))
+    wait_for(lambda: names(informer.items()) == {"p0", "p1"}, 30, what="the watch resumed")

@@ -100,6 +100,7 @@ def test_a_job_nested_as_deep_as_the_api_server_allows_cannot_hurt_the_operator(
 # stopping the whole operator.
 @pytest.mark.skipif(bool(os.environ.get("DTJOB_KUBECONFIG")), reason="stops the local cluster")
 @pytest.mark.parametrize("component", ["kube-apiserver", "etcd"])
+@pytest.mark.timeout(600)  # the outage, then up to 5 min for Running (below)
 def test_operator_outlives_a_control_plane_outage_and_converges_every_job(
     cluster, namespace, operator, component
 ) -> None:
