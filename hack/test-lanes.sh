@@ -4,6 +4,10 @@
 #   unit:        the GPU rehearsal, then tests/unit (CPU-bound: torch ranks on every core)
 #   integration: tests/integration, on a control plane of its own (fake GPU nodes)
 #   e2e:         the e2e tier on the default cluster with the real node (DTJOB_E2E=0: none)
+#   unit-helper: started when the first cluster lane ends, a second process over tests/unit
+#                that takes test files from the end while the unit lane takes them from the
+#                start (tests/helpers/file_queue.py): with the cluster lanes done, the unit
+#                lane alone left a core idle a quarter of the time
 # The integration lane mostly waits (on the API server and the operator's passes), the e2e
 # lane on containers, whose CPU the node's limits cap, and the unit lane computes: side by
 # side they take about as long as the longest, where one after the other they took their
@@ -20,11 +24,19 @@ TIMED="$(dirname "$0")/timed.sh"
 M=("$MAKE" --no-print-directory)
 CACHE=${DTJOB_CACHE:-$HOME/.cache/dtjob}
 
+# The unit tests, sharing their files with the helper through a claims folder that the
+# lanes' run makes afresh (DTJOB_LANES_CLAIMS); run alone, a lane takes every file.
+unit_tests() {
+  local tier=$1 from_end=$2
+  DTJOB_TEST_CLAIMS=${DTJOB_LANES_CLAIMS:-} DTJOB_TEST_CLAIMS_FROM_END=$from_end \
+    "$TIMED" "lane:$tier" "${M[@]}" _pytest PYTEST_PATHS=tests/unit \
+    PYTEST_MARK="not e2e and not gpu" PYTEST_TIER="$tier"
+}
+
 unit_lane() {
   local rc=0
   "$TIMED" "lane:gpu-rehearsal" "${M[@]}" gpu-rehearsal || rc=1
-  "$TIMED" "lane:unit" "${M[@]}" _pytest PYTEST_PATHS=tests/unit \
-    PYTEST_MARK="not e2e and not gpu" PYTEST_TIER=unit || rc=1
+  unit_tests unit 0 || rc=1
   return "$rc"
 }
 
@@ -52,6 +64,7 @@ case "${1:-}" in
   unit) unit_lane; exit ;;
   integration) integration_lane; exit ;;
   e2e) e2e_lane; exit ;;
+  unit-helper) unit_tests unit-helper 1; exit ;;
 esac
 lanes=(unit integration)
 if [ "${DTJOB_E2E:-1}" != 0 ]; then
@@ -59,17 +72,39 @@ if [ "${DTJOB_E2E:-1}" != 0 ]; then
 else
   echo "make test: e2e tier left out (DTJOB_E2E=0); make test-e2e runs it alone"
 fi
-pids=()
-for lane in "${lanes[@]}"; do
-  if [ "$lane" = unit ]; then
-    prefixed unit nice -n 10 "$0" unit &
+export DTJOB_LANES_CLAIMS=${TEST_REPORTS:-$(pwd)/.test-reports}/unit-claims
+rm -rf "$DTJOB_LANES_CLAIMS"
+mkdir -p "$DTJOB_LANES_CLAIMS"
+declare -A running=() # pid -> lane
+start() {
+  local lane=$1
+  if [ "$lane" = unit ] || [ "$lane" = unit-helper ]; then
+    prefixed "$lane" nice -n 10 "$0" "$lane" &
   else
     prefixed "$lane" "$0" "$lane" &
   fi
-  pids+=($!)
+  running[$!]=$lane
+}
+for lane in "${lanes[@]}"; do
+  start "$lane"
 done
 rc=0
-for i in "${!lanes[@]}"; do
-  wait "${pids[$i]}" || { rc=1; echo "make test: the ${lanes[$i]} lane failed (lines marked [${lanes[$i]}])"; }
+helper=0
+while [ "${#running[@]}" -gt 0 ]; do
+  finished=""
+  wait -n -p finished "${!running[@]}"
+  status=$?
+  [ -n "$finished" ] || break
+  lane=${running[$finished]}
+  unset "running[$finished]"
+  if [ "$status" -ne 0 ]; then
+    rc=1
+    echo "make test: the $lane lane failed (lines marked [$lane])"
+  fi
+  # The first cluster lane to end frees a core: a second unit process takes it.
+  if [ "$helper" = 0 ] && [ "$lane" != unit ] && [[ " ${running[*]} " == *" unit "* ]]; then
+    helper=1
+    start unit-helper
+  fi
 done
 exit "$rc"

@@ -24,6 +24,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+# A failure's message is kept this long: CI shows only the log's tail, which this summary
+# ends, so the summary names every failed test and why.
+MESSAGE = 600
 OVER = 120.0  # DESIGN/issue budget: no single test over this unless the report says why
 # Why a test may take longer, by the start of its id: the report names the reason, and a test
 # over the budget without one is listed as such.
@@ -65,10 +68,12 @@ def read_tier(path: Path) -> list[dict[str, Any]]:
     cases = []
     for case in ET.parse(path).getroot().iter("testcase"):
         classname, name = case.get("classname", ""), case.get("name", "")
-        outcome = "passed"
+        outcome, message = "passed", ""
         for tag in ("failure", "error", "skipped"):
-            if case.find(tag) is not None:
+            found = case.find(tag)
+            if found is not None:
                 outcome = {"failure": "failed", "error": "error"}.get(tag, tag)
+                message = found.get("message") or (found.text or "")
         # xunit1 (make test's) names the file; else guess it from the module path.
         file = case.get("file") or (classname.replace(".", "/") + ".py" if classname else "?")
         cases.append(
@@ -77,6 +82,7 @@ def read_tier(path: Path) -> list[dict[str, Any]]:
                 "file": file,
                 "seconds": round(float(case.get("time", "0") or 0), 2),
                 "outcome": outcome,
+                **({"message": message[:MESSAGE]} if outcome in ("failed", "error") else {}),
             }
         )
     return cases
@@ -112,6 +118,7 @@ def report(reports: Path, top: int) -> dict[str, Any]:
             {"file": f, "seconds": round(s, 1)}
             for f, s in sorted(files.items(), key=lambda kv: -kv[1])
         ],
+        "failed": [c for c in everything if c["outcome"] in ("failed", "error")],
         "top_tests": everything[:top],
         "over_120s": [{**c, "why": why_over(c["test"])} for c in everything if c["seconds"] > OVER],
     }
@@ -140,6 +147,10 @@ def summary(rec: dict[str, Any], top: int = 10) -> str:
             f"  tier {tier:<17} {minutes(t['seconds'])} in tests, {t['tests']} tests, "
             f"{t['failed']} failed, {t['skipped']} skipped"
         )
+    for c in rec.get("failed", []):
+        lines.append(f"  {c['outcome'].upper()} ({c['tier']}, {c['seconds']:.0f} s) {c['test']}")
+        first = " ".join(c.get("message", "").split())[:300]
+        lines.append(f"      {first}")
     lines.append(f"  slowest {top} tests:")
     for c in rec["top_tests"][:top]:
         lines.append(f"    {c['seconds']:7.1f} s  {c['test']}")

@@ -3,6 +3,7 @@
 # rehearsal (mk/gpu.mk: the GPU machine's script on CPU under its torch) and the unit tests,
 # which compute; the integration tests on a control plane of their own (fake GPU nodes); and
 # the end-to-end tier (real node, images, chart) on the default cluster with the real node.
+# When the first cluster lane ends, a second unit process shares the unit test files.
 # DTJOB_E2E=0 leaves the e2e tier out (a quick local loop). The binaries are built before
 # the lanes, so a cold build is neither raced by two lanes nor charged to a test's timeout.
 TEST_BINARIES = etcd kube-apiserver kube-controller-manager kube-scheduler kwok kubectl helm \

@@ -15,6 +15,9 @@ from pathlib import Path
 
 import pytest
 
+# A hook: `make test`'s unit lane and its helper share the test files (helpers/file_queue.py).
+from helpers.file_queue import pytest_runtestloop  # noqa: F401
+
 _BY_DIR = {
     "integration": pytest.mark.integration,
     "e2e": pytest.mark.e2e,

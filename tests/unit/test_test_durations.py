@@ -27,3 +27,18 @@ def test_lane_steps_are_listed_under_lanes_and_not_added_to_the_total(tmp_path: 
     assert lines[3].startswith("    unit")  # indented under "lanes"
     total = next(line for line in lines if line.split()[0] == "total")
     assert total.split()[1] == "26.0"  # (6 + 1554) s, not the lanes' steps again
+
+
+def test_every_failed_test_is_named_with_its_message(tmp_path: Path) -> None:
+    # CI shows only the log's tail, which the summary ends: a failure must be named there.
+    (tmp_path / "integration.xml").write_text(
+        '<testsuites><testsuite><testcase classname="tests.integration.t" name="test_a" '
+        'time="175.4"><failure message="AssertionError: gave up after 120 s\nwaiting">tb'
+        '</failure></testcase><testcase classname="tests.integration.t" name="test_b" '
+        'time="1"/></testsuite></testsuites>'
+    )
+    script = load()
+    lines = script.summary(script.report(tmp_path, top=5)).splitlines()
+    at = lines.index("  FAILED (integration, 175 s) tests.integration.t::test_a")
+    assert lines[at + 1].strip() == "AssertionError: gave up after 120 s waiting"
+    assert not any("test_b" in line and "FAILED" in line for line in lines)
