@@ -26,7 +26,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 # A failure's message is kept this long: CI shows only the log's tail, which this summary
 # ends, so the summary names every failed test and why.
-MESSAGE = 600
+MESSAGE = 1000
+SHOWN = 600  # of it in the summary, in lines of 100
 OVER = 120.0  # DESIGN/issue budget: no single test over this unless the report says why
 # Why a test may take longer, by the start of its id: the report names the reason, and a test
 # over the budget without one is listed as such.
@@ -149,8 +150,8 @@ def summary(rec: dict[str, Any], top: int = 10) -> str:
         )
     for c in rec.get("failed", []):
         lines.append(f"  {c['outcome'].upper()} ({c['tier']}, {c['seconds']:.0f} s) {c['test']}")
-        first = " ".join(c.get("message", "").split())[:300]
-        lines.append(f"      {first}")
+        said = " ".join(c.get("message", "").split())[:SHOWN]
+        lines.extend(f"      {said[i : i + 100]}" for i in range(0, len(said), 100))
     lines.append(f"  slowest {top} tests:")
     for c in rec["top_tests"][:top]:
         lines.append(f"    {c['seconds']:7.1f} s  {c['test']}")

@@ -29,12 +29,17 @@ KWOK_NODE = "kwok.x-k8s.io/node"
 
 
 def wait_for(
-    check: Callable[[], T], timeout: float = 30, interval: float = 0.2, what: str = "condition"
+    check: Callable[[], T],
+    timeout: float = 30,
+    interval: float = 0.2,
+    what: str = "condition",
+    explain: Callable[[], str] | None = None,
 ) -> T:
     """Call check() until it returns something truthy and return that.
 
-    Raises TimeoutError naming `what` and the last value seen, so a failing test says what
-    it was waiting for instead of just timing out.
+    Raises TimeoutError naming `what`, the last value seen and, given `explain`, the state it
+    describes at that moment, so a failing test says what it was waiting for and what it
+    saw instead of just timing out (CI keeps only the log's tail).
     """
     deadline = time.monotonic() + timeout
     last: Any = None
@@ -43,7 +48,10 @@ def wait_for(
         if last:
             return last
         if time.monotonic() > deadline:
-            raise TimeoutError(f"gave up after {timeout:.0f} s waiting for {what}; last: {last!r}")
+            seen = f"; {explain()}" if explain is not None else ""
+            raise TimeoutError(
+                f"gave up after {timeout:.0f} s waiting for {what}; last: {last!r}{seen}"
+            )
         time.sleep(interval)
 
 

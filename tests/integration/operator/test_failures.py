@@ -74,6 +74,26 @@ def fresh_gang_running(cluster, namespace: str, name: str, old_uids: set[str], c
     return fresh if len(fresh) == count and len(pods) == count else None
 
 
+def gang_state(cluster, namespace: str, name: str, nodes: list[str]) -> str:  # type: ignore[no-untyped-def]
+    """The job's phase and conditions, its pods and the nodes': what a timeout reports."""
+    st = status(cluster.api, namespace, name)
+    conds = [(c["type"], c["status"], c.get("reason")) for c in st.get("conditions") or []]
+    pods = [
+        (
+            p.metadata.name,
+            p.metadata.uid[:8],
+            p.status.phase,
+            p.spec.node_name,
+            p.metadata.deletion_timestamp,
+        )
+        for p in cluster.core.list_namespaced_pod(
+            namespace, label_selector=f"{JOB_LABEL}={name}"
+        ).items
+    ]
+    ready = {n: node_ready(cluster.core, n) for n in nodes}
+    return f"job {st.get('phase')} {conds}; pods {pods}; nodes Ready {ready}"
+
+
 def test_evicted_pod_restarts_the_gang_without_consuming_backoff_limit(cluster, namespace) -> None:
     core = cluster.core
     name = unique("evict")
@@ -100,7 +120,9 @@ def test_evicted_pod_restarts_the_gang_without_consuming_backoff_limit(cluster, 
     took = time.monotonic() - started
     assert (st["restarts"], st["countedRestarts"]) == (1, 0)
     # Running again, the Restarting condition is False (PodsReady); the event keeps why.
-    [event] = events_for(core, namespace, name, "Disrupted")
+    [event] = wait_for(  # the event follows the status patch: waited for
+        lambda: events_for(core, namespace, name, "Disrupted"), what="the Disrupted event"
+    )
     assert "EvictionByEvictionAPI" in event.message, event.message
     print(f"\nevicted -> Running again in {took:.1f}s; event Disrupted: {event.message}")
 
@@ -139,12 +161,15 @@ def test_pod_stuck_terminating_on_a_dead_node_does_not_freeze_the_job(cluster, n
             lambda: fresh_gang_running(cluster, namespace, name, old, 2),
             timeout=120,
             what="a fresh gang running on the live nodes",
+            explain=lambda: gang_state(cluster, namespace, name, nodes),
         )
         assert dead not in {p.spec.node_name for p in fresh}
         st = wait_phase(cluster.api, namespace, name, "Running")
         took = time.monotonic() - deleted_at
         assert (st["restarts"], st["countedRestarts"]) == (1, 0)
-        [event] = events_for(core, namespace, name, "Disrupted")
+        [event] = wait_for(  # the event follows the status patch: waited for
+            lambda: events_for(core, namespace, name, "Disrupted"), what="the Disrupted event"
+        )
         assert "node lost" in event.message, event.message
         print(
             f"\ndead node: NotReady/Unknown {unknown_after:.0f}s after the kubelet died; "
