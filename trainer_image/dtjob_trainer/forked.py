@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import multiprocessing.context
 import os
 import signal
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from multiprocessing import forkserver as mp_forkserver
 
 from dtjob_trainer.procs import Child
 
@@ -67,6 +69,35 @@ class ForkedChild:
         self.send_signal(signal.SIGKILL)
 
 
+def start_server(
+    preload: Sequence[str], environ: Mapping[str, str] | None = None
+) -> multiprocessing.context.ForkServerContext:
+    """The forkserver context, its server running with `preload` imported, started with
+    `environ` added to this process's environment (read by the server's imports alone).
+
+    The server is a new interpreter that drops the sys.path it is handed and skips, without
+    a word, a preload module it cannot import (CPython's `multiprocessing.forkserver.main`,
+    3.11 to 3.13): a package that this process found through a path it added (pytest's
+    `pythonpath`, a test's conftest, a user's code path) was then imported anew by every
+    forked process, which still ran, only slower. Started with this process's sys.path as
+    PYTHONPATH, the server finds what this process finds. The preload and the environment
+    count at the server's start only: a running server is left as it is."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(list(preload))
+    added = {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p), **(environ or {})}
+    saved = {key: os.environ.get(key) for key in added}
+    os.environ.update(added)
+    try:
+        mp_forkserver.ensure_running()
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    return ctx
+
+
 def run_args(argv: Sequence[str]) -> list[str]:
     """The arguments of `main` in a trainer command (`python -m dtjob_trainer <args>`)."""
     argv = list(argv)
@@ -78,10 +109,10 @@ def run_args(argv: Sequence[str]) -> list[str]:
 def forked_starter(preload: Sequence[str]) -> Callable[[Sequence[str], Mapping[str, str]], Child]:
     """A `start(argv, env)` for `procs.supervise` that forks trainer commands from a server
     that imported BASE_PRELOAD and `preload` (module names; the job's strategy)."""
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload([*BASE_PRELOAD, *preload])
 
     def start(argv: Sequence[str], env: Mapping[str, str]) -> Child:
+        # The server starts with the first process (a running one is kept as it is).
+        ctx = start_server([*BASE_PRELOAD, *preload])
         return ForkedChild(ctx, run_args(argv), dict(env))
 
     return start

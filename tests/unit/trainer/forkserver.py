@@ -22,31 +22,46 @@ import subprocess
 import sys
 import traceback
 from collections.abc import Mapping, Sequence
-from multiprocessing import forkserver as mp_forkserver
 from pathlib import Path
 from typing import Any
+
+from dtjob_trainer.forked import start_server
 
 PRELOAD = ["unit.trainer.rank_preload", "unit.trainer.ranks", "unit.trainer.forkserver"]
 
 
+_checked = False
+
+
+def _exit_unless_preloaded() -> None:
+    """In a fork of the server: exit 0 if the server had imported the preload."""
+    os._exit(0 if PRELOAD[0] in sys.modules else 3)
+
+
 def context() -> multiprocessing.context.ForkServerContext:
-    """The forkserver context, its server running. OpenMP reads OMP_NUM_THREADS once, when
-    torch loads, so the server is started with the one thread a test's process gets
-    (`child_env`): set later, in a forked process, the variable would not count, and
-    torch.set_num_threads before a fork leaves the children an invalid thread pool."""
-    ctx = multiprocessing.get_context("forkserver")
+    """The forkserver context, its server running with PRELOAD imported, which is checked
+    once per process: a server that could not import it forked every rank and launcher
+    without it, each importing torch and the strategies anew (a `make test` whose
+    PYTHONPATH lacked tests/ ran the unit lane four times slower, and passed).
+
+    OpenMP reads OMP_NUM_THREADS once, when torch loads, so the server is started with the
+    one thread a test's process gets (`child_env`): set later, in a forked process, the
+    variable would not count, and torch.set_num_threads before a fork leaves the children
+    an invalid thread pool."""
+    global _checked
     # The preload is process-wide and read when the server starts: set here, since
     # `dtjob_trainer.forked.forked_starter` (test_forked.py) sets it too.
-    ctx.set_forkserver_preload(PRELOAD)
-    saved = os.environ.get("OMP_NUM_THREADS")
-    os.environ["OMP_NUM_THREADS"] = "1"
-    try:
-        mp_forkserver.ensure_running()
-    finally:
-        if saved is None:
-            del os.environ["OMP_NUM_THREADS"]
-        else:
-            os.environ["OMP_NUM_THREADS"] = saved
+    ctx = start_server(PRELOAD, {"OMP_NUM_THREADS": "1"})
+    if not _checked:
+        probe = ctx.Process(target=_exit_unless_preloaded)
+        probe.start()
+        probe.join()
+        if probe.exitcode != 0:
+            raise RuntimeError(
+                f"the tests' fork server did not import {PRELOAD}: its forks exit "
+                f"{probe.exitcode} (sys.path {sys.path})"
+            )
+        _checked = True
     return ctx
 
 

@@ -13,7 +13,9 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
+from unit.trainer import forkserver
 from unit.trainer.harness import a_spec, child_env, free_port, launch, trainer_env, wait_for
 
 from dtjob_trainer.config import load_config
@@ -23,6 +25,12 @@ from dtjob_trainer.launch import starter
 from dtjob_trainer.procs import popen, trainer_command
 
 START = forked_starter(["dtjob_trainer.strategies.data_parallel"])
+
+
+@pytest.fixture(autouse=True)
+def _the_tests_server_first() -> None:
+    # One fork server a process: started by START, it would lack the tests' preload.
+    forkserver.context()
 
 
 def test_a_forked_rank_waiting_for_its_peer_exits_143_on_sigterm(tmp_path: Path) -> None:
@@ -71,3 +79,34 @@ def test_the_command_and_the_tests_launcher_train_alike(tmp_path: Path) -> None:
     assert forked.rc == 0, forked.output
     assert forked.result is not None and len(forked.result["losses"]) == 6
     assert torch.load(result, weights_only=False)["losses"] == forked.result["losses"]
+
+
+PROBE = """
+import os, sys
+sys.path.insert(0, sys.argv[1])  # found through a path this process added, as pytest's
+from dtjob_trainer.forked import start_server
+def check():
+    os._exit(0 if "probe_mod" in sys.modules else 3)
+if __name__ == "__main__":
+    p = start_server(["probe_mod"]).Process(target=check)
+    p.start()
+    p.join()
+    sys.exit(p.exitcode)
+"""
+
+
+def test_the_server_imports_a_preload_found_through_a_path_the_process_added(
+    tmp_path: Path,
+) -> None:
+    # CPython's server drops the sys.path it is handed: without start_server's PYTHONPATH a
+    # forked process would start without the preload (and import it anew, slower).
+    (tmp_path / "mods").mkdir()
+    (tmp_path / "mods" / "probe_mod.py").write_text("")
+    (tmp_path / "probe.py").write_text(PROBE)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if "trainer_image" in p)
+    done = subprocess.run(
+        [sys.executable, str(tmp_path / "probe.py"), str(tmp_path / "mods")],
+        env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
