@@ -198,7 +198,9 @@ def test_preexisting_service_account_named_like_a_child_is_never_used(cluster, n
     )
     assert f"ServiceAccount {name}-trainer" in running["message"]
     assert "not owned by this job" in running["message"]
-    assert events_for(core, namespace, name, "ChildConflict")
+    wait_for(  # the event follows the status patch (a CI run read them in between)
+        lambda: events_for(core, namespace, name, "ChildConflict"), what="the ChildConflict event"
+    )
     time.sleep(2)
     assert not all_pods(cluster, namespace, name)  # no pod runs as someone else's account
     # Once the stranger is gone, the job makes its own and runs.

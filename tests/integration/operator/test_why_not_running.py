@@ -78,7 +78,10 @@ def test_unpullable_image_is_named_then_fails_after_the_retry_limit(cluster, nam
     assert "admissionRetryLimit" in failed["message"] and UNPULLABLE in failed["message"]
     assert st["admission"]["requeues"] == 1
     # One event per change of reason, not one per pass.
-    assert 1 <= len(events_for(cluster.core, namespace, name, "ImagePullBackOff")) <= 3
+    seen = wait_for(
+        lambda: events_for(cluster.core, namespace, name, "ImagePullBackOff"), what="the event"
+    )
+    assert len(seen) <= 3, [e.message for e in seen]
     print(
         f"\nImagePullBackOff shown after {shown:.1f}s; Failed after {failed_after:.1f}s "
         f"(timeout 6s, 1 re-queue): {failed['message']}"
@@ -243,7 +246,8 @@ def test_a_volume_that_cannot_be_mounted_is_named_then_fails_after_the_retry_lim
     assert 'secret "nope" not found' in failed["message"], failed["message"]
     assert st["admission"]["requeues"] == 1 and len(reported) == 4  # two gangs of two
     # One event per change of reason, not one per pass.
-    assert 1 <= len(events_for(core, namespace, name, "FailedMount")) <= 3
+    seen = wait_for(lambda: events_for(core, namespace, name, "FailedMount"), what="the event")
+    assert len(seen) <= 3, [e.message for e in seen]
     print(
         f"\nFailedMount shown after {shown:.1f}s; Failed after {failed_after:.1f}s "
         f"(timeout 6s, 1 re-queue): {failed['message']}"
