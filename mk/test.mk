@@ -16,7 +16,7 @@ PYTEST_PATHS ?= tests
 export TEST_REPORTS ?= $(TOP)/.test-reports
 TIMED = $(TOP)/hack/timed.sh
 # The inner loop: the unit tests that start no process (tests/conftest.py marks the others
-# `procs`: the multi-process trainer tests are most of the unit lane's 37 min) and the API
+# `procs`: the multi-process trainer tests are most of the unit lane's 21 min) and the API
 # validation tests, which need the control plane (the fixture starts it).
 QUICK_PATHS = tests/unit $(wildcard tests/integration/test_api_*.py)
 
