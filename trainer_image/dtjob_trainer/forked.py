@@ -109,10 +109,11 @@ def run_args(argv: Sequence[str]) -> list[str]:
 def forked_starter(preload: Sequence[str]) -> Callable[[Sequence[str], Mapping[str, str]], Child]:
     """A `start(argv, env)` for `procs.supervise` that forks trainer commands from a server
     that imported BASE_PRELOAD and `preload` (module names; the job's strategy)."""
+    server: list[multiprocessing.context.ForkServerContext] = []
 
     def start(argv: Sequence[str], env: Mapping[str, str]) -> Child:
-        # The server starts with the first process (a running one is kept as it is).
-        ctx = start_server([*BASE_PRELOAD, *preload])
-        return ForkedChild(ctx, run_args(argv), dict(env))
+        if not server:  # started with the first process, not when the starter is made
+            server.append(start_server([*BASE_PRELOAD, *preload]))
+        return ForkedChild(server[0], run_args(argv), dict(env))
 
     return start

@@ -49,8 +49,8 @@ def context() -> multiprocessing.context.ForkServerContext:
     variable would not count, and torch.set_num_threads before a fork leaves the children
     an invalid thread pool."""
     global _checked
-    # The preload is process-wide and read when the server starts: set here, since
-    # `dtjob_trainer.forked.forked_starter` (test_forked.py) sets it too.
+    # One server a process, its preload read when it starts: whoever starts it first wins
+    # (test_forked.py calls this before the product's `forked_starter` can).
     ctx = start_server(PRELOAD, {"OMP_NUM_THREADS": "1"})
     if not _checked:
         probe = ctx.Process(target=_exit_unless_preloaded)
