@@ -15,6 +15,7 @@ pod's own local ranks (`run` with LOCAL_WORLD_SIZE > 1) are always started as in
 from __future__ import annotations
 
 import contextlib
+import functools
 import multiprocessing
 import multiprocessing.context
 import os
@@ -109,11 +110,10 @@ def run_args(argv: Sequence[str]) -> list[str]:
 def forked_starter(preload: Sequence[str]) -> Callable[[Sequence[str], Mapping[str, str]], Child]:
     """A `start(argv, env)` for `procs.supervise` that forks trainer commands from a server
     that imported BASE_PRELOAD and `preload` (module names; the job's strategy)."""
-    server: list[multiprocessing.context.ForkServerContext] = []
+    # Started with the first process, not when the starter is made; once.
+    server = functools.cache(lambda: start_server([*BASE_PRELOAD, *preload]))
 
     def start(argv: Sequence[str], env: Mapping[str, str]) -> Child:
-        if not server:  # started with the first process, not when the starter is made
-            server.append(start_server([*BASE_PRELOAD, *preload]))
-        return ForkedChild(server[0], run_args(argv), dict(env))
+        return ForkedChild(server(), run_args(argv), dict(env))
 
     return start
