@@ -6,6 +6,7 @@ in the API server (a map's keys have no schema of their own in a CRD)."""
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 from typing import Any
 
 DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
@@ -30,6 +31,16 @@ EXTENDED_NAME_MESSAGE = (
     "and the GPUs (gpus, gpuResource) have fields of their own"
 )
 GPU_IN_EXTENDED_MESSAGE = "must not list gpuResource: set gpus instead"
+# Kubernetes refuses a pod that asks for a fraction of an extended resource (devices come
+# whole); hugepages are bytes, any multiple of the page size. The CEL quantity library
+# parses the value (an int-or-string: string() of either) as the API server would.
+WHOLE_UNITS_RULE = (
+    f"self.all(k, k.matches('{HUGEPAGES_PATTERN}') || quantity(string(self[k])).isInteger())"
+)
+WHOLE_UNITS_MESSAGE = "extended resources come in whole units: 1 or 4, not 0.5 or 500m"
+_SUFFIX_EXPONENTS = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15,
+                     "E": 18}  # fmt: skip
+_QUANTITY = re.compile(r"^\+?([0-9]*[.]?[0-9]*)(([KMGTPE]i)|[numkMGTPE]|[eE][-+]?[0-9]+)?$")
 
 
 def is_extended_resource(name: str) -> bool:
@@ -40,9 +51,14 @@ def is_extended_resource(name: str) -> bool:
     )
 
 
+def is_hugepages(name: str) -> bool:
+    """hugepages-<size>: bytes, not devices."""
+    return re.match(HUGEPAGES_PATTERN, name) is not None
+
+
 def is_extra_resource_name(name: str) -> bool:
     """A name RoleSpec.extendedResources may hold: an extended resource or hugepages."""
-    return is_extended_resource(name) or re.match(HUGEPAGES_PATTERN, name) is not None
+    return is_extended_resource(name) or is_hugepages(name)
 
 
 # RoleSpec's own CEL rules: about the pair of fields, and the reserved domain.
@@ -59,3 +75,16 @@ ROLE_RESOURCE_RULES: list[Any] = [
         "fieldPath": ".gpuResource",
     },
 ]
+
+
+def is_whole_units(quantity: str) -> bool:
+    """Whether a quantity (valid by QUANTITY_PATTERN) is a whole number, as Kubernetes
+    requires of an extended resource: "4", "1k", "2000m" yes; "0.5", "1500m" no."""
+    found = _QUANTITY.match(quantity)
+    if not found:
+        return False
+    number, suffix = Decimal(found.group(1)), found.group(2) or ""
+    if suffix.endswith("i"):
+        return bool((number * 1024 ** ("KMGTPE".index(suffix[0]) + 1)) % 1 == 0)
+    exponent = int(suffix[1:]) if suffix[:1] in ("e", "E") else _SUFFIX_EXPONENTS[suffix]
+    return bool(number.scaleb(exponent) % 1 == 0)

@@ -19,6 +19,7 @@ from pydantic import (
 
 from dtjob_api.base import ApiModel
 from dtjob_api.contract import CONFIG_MOUNT_DIR, SHM_MOUNT_PATH
+from dtjob_api.paths import cel_not_reserved, cel_plain
 from dtjob_api.resource_names import (
     DEFAULT_GPU_RESOURCE,
     EXTENDED_NAME_MESSAGE,
@@ -28,8 +29,12 @@ from dtjob_api.resource_names import (
     MAX_EXTENDED_RESOURCES,
     RESOURCE_NAME_MAX,
     ROLE_RESOURCE_RULES,
+    WHOLE_UNITS_MESSAGE,
+    WHOLE_UNITS_RULE,
     is_extended_resource,
     is_extra_resource_name,
+    is_hugepages,
+    is_whole_units,
 )
 
 # Every run_policy and trainer_spec name is re-exported (`X as X`: mypy --strict then counts
@@ -237,7 +242,8 @@ class RoleSpec(ApiModel):
         max_length=MAX_EXTENDED_RESOURCES,
         json_schema_extra={
             "x-kubernetes-validations": [
-                {"rule": EXTENDED_NAME_RULE, "message": EXTENDED_NAME_MESSAGE}
+                {"rule": EXTENDED_NAME_RULE, "message": EXTENDED_NAME_MESSAGE},
+                {"rule": WHOLE_UNITS_RULE, "message": WHOLE_UNITS_MESSAGE},
             ]
         },
     )
@@ -277,6 +283,13 @@ class RoleSpec(ApiModel):
         gpu = info.data.get("gpuResource")
         if amounts and gpu in amounts:
             raise ValueError(f"{GPU_IN_EXTENDED_MESSAGE} (got {gpu!r})")
+        fractions = [
+            f"{k}: {v}"
+            for k, v in (amounts or {}).items()
+            if not is_hugepages(k) and not is_whole_units(v)
+        ]
+        if fractions:
+            raise ValueError(f"{WHOLE_UNITS_MESSAGE} (got {', '.join(fractions)})")
         return amounts
 
     def processes(self) -> int:
@@ -396,18 +409,23 @@ class RolesSpec(ApiModel):
     """Pipeline stages: ModelParallel, Pipeline and Hybrid only."""
 
 
-# The checkpoint volume may not hide the operator's mounts (checked at apply).
+# The checkpoint volume may not hide the operator's mounts (checked at apply; paths.py says
+# why a path must be plain first).
 CHECKPOINT_CEL = [
     {
-        "rule": " && ".join(
-            f"self.mountPath != '{d}' && !self.mountPath.startsWith('{d}/')"
-            for d in (SHM_MOUNT_PATH, CONFIG_MOUNT_DIR)
-        ),
+        "rule": cel_plain("self.mountPath"),
+        "message": "mountPath must be an absolute path written plainly, without '//', '.' or "
+        "'..' components (e.g. /checkpoints)",
+        "fieldPath": ".mountPath",
+        "reason": "FieldValueInvalid",
+    },
+    {
+        "rule": cel_not_reserved("self.mountPath"),
         "message": f"mountPath may not be {SHM_MOUNT_PATH} or {CONFIG_MOUNT_DIR} or inside them: "
         "the operator mounts shared memory and the job config there",
         "fieldPath": ".mountPath",
         "reason": "FieldValueInvalid",
-    }
+    },
 ]
 
 
