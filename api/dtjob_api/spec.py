@@ -29,12 +29,9 @@ from dtjob_api.resource_names import (
     MAX_EXTENDED_RESOURCES,
     RESOURCE_NAME_MAX,
     ROLE_RESOURCE_RULES,
-    WHOLE_UNITS_MESSAGE,
-    WHOLE_UNITS_RULE,
+    WHOLE_UNITS_PATTERN,
     is_extended_resource,
     is_extra_resource_name,
-    is_hugepages,
-    is_whole_units,
 )
 
 # Every run_policy and trainer_spec name is re-exported (`X as X`: mypy --strict then counts
@@ -87,6 +84,16 @@ Quantity = Annotated[
         json_schema_extra={"x-kubernetes-int-or-string": True},
     ),
     # Last, so it wraps the constrained str (and the pattern stays in the JSON schema).
+    BeforeValidator(_int_to_quantity),
+]
+# An amount of an extended resource: a quantity in whole units (resource_names.py).
+DeviceQuantity = Annotated[
+    str,
+    Field(
+        pattern=WHOLE_UNITS_PATTERN,
+        max_length=64,
+        json_schema_extra={"x-kubernetes-int-or-string": True},
+    ),
     BeforeValidator(_int_to_quantity),
 ]
 # A DNS-1123 subdomain (PersistentVolumeClaim names), as the core API checks it.
@@ -237,13 +244,12 @@ class RoleSpec(ApiModel):
     """Extended resource the gpus are requested as: nvidia.com/gpu, a MIG profile such as
     nvidia.com/mig-1g.10gb, amd.com/gpu. GPU defaults (/dev/shm size, backend auto = nccl)
     follow gpus whatever the name."""
-    extendedResources: dict[str, Quantity] | None = Field(
+    extendedResources: dict[str, DeviceQuantity] | None = Field(
         default=None,
         max_length=MAX_EXTENDED_RESOURCES,
         json_schema_extra={
             "x-kubernetes-validations": [
-                {"rule": EXTENDED_NAME_RULE, "message": EXTENDED_NAME_MESSAGE},
-                {"rule": WHOLE_UNITS_RULE, "message": WHOLE_UNITS_MESSAGE},
+                {"rule": EXTENDED_NAME_RULE, "message": EXTENDED_NAME_MESSAGE}
             ]
         },
     )
@@ -283,13 +289,6 @@ class RoleSpec(ApiModel):
         gpu = info.data.get("gpuResource")
         if amounts and gpu in amounts:
             raise ValueError(f"{GPU_IN_EXTENDED_MESSAGE} (got {gpu!r})")
-        fractions = [
-            f"{k}: {v}"
-            for k, v in (amounts or {}).items()
-            if not is_hugepages(k) and not is_whole_units(v)
-        ]
-        if fractions:
-            raise ValueError(f"{WHOLE_UNITS_MESSAGE} (got {', '.join(fractions)})")
         return amounts
 
     def processes(self) -> int:

@@ -22,6 +22,7 @@ from pydantic_core import ErrorDetails
 from dtjob_api.errors import FieldError, SpecInvalid
 from dtjob_api.facts import Facts
 from dtjob_api.guard_rails import DEFAULT_RAILS, GuardRails, guard_rail_errors
+from dtjob_api.resource_names import WHOLE_UNITS_MESSAGE, WHOLE_UNITS_PATTERN
 from dtjob_api.rules import (
     IMMUTABLE_MESSAGE,
     MAX_NAME_LENGTH,
@@ -165,6 +166,10 @@ def _from_pydantic(error: ErrorDetails, root: str = "spec") -> FieldError:
         QUANTITY_PATTERN
     ):
         message = f"must be a Kubernetes quantity such as 500m, 4 or 16Gi (got {value!r})"
+    elif kind == "string_pattern_mismatch" and error.get("ctx", {}).get("pattern") == (
+        WHOLE_UNITS_PATTERN
+    ):
+        message = f"{WHOLE_UNITS_MESSAGE} (got {value!r})"
     elif kind == "string_pattern_mismatch" and error.get("ctx", {}).get("pattern") == (
         DNS1123_SUBDOMAIN
     ):

@@ -26,8 +26,15 @@ def test_holes_are_refused_naming_the_field(bad: dict[str, Any], field: str, wor
 
 @pytest.mark.parametrize(
     ("quantity", "whole"),
-    [("4", True), ("1k", True), ("2000m", True), ("1e3", True), ("2Ki", True),
-     ("0.5", False), ("500m", False), ("1500m", False), ("1e-3", False), ("100n", False)],
+    [("4", True), ("1k", True), ("2Ki", True), ("+8", True),
+     ("0.5", False), ("500m", False), ("1500m", False), ("1e-3", False), ("100n", False),
+     ("2000m", False)],  # whole, but written as no one writes devices
 )  # fmt: skip
 def test_whole_units_as_kubernetes_counts_them(quantity: str, whole: bool) -> None:
     assert is_whole_units(quantity) is whole
+    errors = validate_job({"strategy": {"type": "DataParallel"},
+                           "roles": {"worker": {"replicas": 1, "extendedResources": {
+                               "example.com/dev": quantity}}}})  # fmt: skip
+    assert (errors == []) is whole, errors
+    if not whole:
+        assert "in whole units" in errors[0].message and quantity in errors[0].message
