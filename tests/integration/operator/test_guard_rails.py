@@ -25,6 +25,7 @@ ALLOWING = {
     "DTJOB_ALLOWED_CAPABILITIES": "IPC_LOCK,NET_RAW",
     "DTJOB_ALLOWED_PRIORITY_CLASSES": "system-*,*",
     "DTJOB_MAX_TERMINATION_GRACE_PERIOD_SECONDS": "3600",
+    "DTJOB_ALLOW_HOST_PATH": "true",
 }
 
 
@@ -45,6 +46,8 @@ RAILS: list[tuple[str, dict[str, Any], dict[str, Any], str, str]] = [
     ("privileged", secure(privileged=True), {}, f"{C}.privileged", "allowPrivileged"),
     ("capability", secure(capabilities={"add": ["IPC_LOCK"]}), {}, f"{C}.capabilities.add[0]",
      "allowedCapabilities"),
+    ("host-path", {"volumes": [{"name": "h", "hostPath": {"path": "/var/lib"}}]}, {},
+     f"{W}.volumes[0].hostPath", "allowHostPath"),
 ]  # fmt: skip
 
 
