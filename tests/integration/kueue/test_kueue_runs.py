@@ -134,3 +134,36 @@ def test_kueue_admits_what_fits_and_holds_what_does_not(cluster: Any, kueue: Kue
     assert "nvidia.com/gpu" in pending["message"], pending
     assert (condition(get("waits"), "Admitted") or {}).get("status") != "True"
     cluster.core.delete_namespace(ns)
+
+
+def test_kueue_admits_the_workload_the_operator_builds(cluster: Any, kueue: Kueue) -> None:
+    # Without Kueue's webhook nothing defaults or fixes what the operator writes: the
+    # Workload of a two-role job is admitted as built, one assignment per podSet.
+    from unit.operator.builders import a_job
+
+    from dtjob_operator.kueue.workload import build_workload
+    from dtjob_operator.settings import OperatorSettings
+
+    ns = create_namespace(cluster.core, "kq")
+    queue = queues(cluster, ns, gpus=8)
+    job = (
+        a_job("ps-job", ns).with_strategy("ParameterServer").with_workers(3, gpus=2).with_ps(1)
+    ).job()  # fmt: skip
+    wl = build_workload(job, queue, OperatorSettings())
+    wl["metadata"].pop("ownerReferences")  # no such job object here; the operator's test has one
+    wl["metadata"].pop("finalizers")
+    api = custom(cluster)
+    api.create_namespaced_custom_object(GROUP, VERSION, ns, "workloads", wl)
+    name = wl["metadata"]["name"]
+
+    def get() -> dict[str, Any]:
+        return api.get_namespaced_custom_object(GROUP, VERSION, ns, "workloads", name)  # type: ignore[no-any-return]
+
+    admitted = wait_for(
+        lambda: (c := condition(get(), "Admitted")) and c["status"] == "True" and get(),
+        60, what=f"the operator's Workload Admitted (Kueue log {kueue.log})",
+    )  # fmt: skip
+    assignments = admitted["status"]["admission"]["podSetAssignments"]
+    assert [(a["name"], a["count"]) for a in assignments] == [("worker", 3), ("ps", 1)]
+    assert assignments[0]["resourceUsage"]["nvidia.com/gpu"] == "6"
+    cluster.core.delete_namespace(ns)
