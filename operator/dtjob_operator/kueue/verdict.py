@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dtjob_operator.kueue.workload import KUEUE_GROUP
+from dtjob_operator.constants import KUEUE_GROUP
 
 POD_SET_LABEL = f"{KUEUE_GROUP}/podset"
 WORKLOAD_ANNOTATION = f"{KUEUE_GROUP}/workload"

@@ -13,18 +13,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from dtjob_api import GROUP, KIND, VERSION
 from dtjob_operator.builders.children import build_pods
 from dtjob_operator.builders.job import Job
-from dtjob_operator.constants import LABEL_ROLE
+from dtjob_operator.constants import KUEUE_GROUP, KUEUE_QUEUE_LABEL, KUEUE_VERSION, LABEL_ROLE
 from dtjob_operator.settings import OperatorSettings
 
-KUEUE_GROUP = "kueue.x-k8s.io"
-KUEUE_VERSION = "v1beta2"
-QUEUE_LABEL = f"{KUEUE_GROUP}/queue-name"
+QUEUE_LABEL = KUEUE_QUEUE_LABEL
 PRIORITY_LABEL = f"{KUEUE_GROUP}/priority-class"
 JOB_UID_LABEL = f"{KUEUE_GROUP}/job-uid"
 FINALIZER = f"{KUEUE_GROUP}/resource-in-use"
@@ -66,6 +65,12 @@ class Priority:
     def ref(self) -> dict[str, str]:
         group = KUEUE_GROUP if self.kind == "WorkloadPriorityClass" else "scheduling.k8s.io"
         return {"group": group, "kind": self.kind, "name": self.name}
+
+
+def queue_of(job: Mapping[str, Any]) -> str | None:
+    """The LocalQueue a job asks for (its kueue.x-k8s.io/queue-name label), if any."""
+    value = (job.get("metadata", {}).get("labels") or {}).get(QUEUE_LABEL)
+    return str(value) if value else None
 
 
 def workload_name(job: Job) -> str:

@@ -5,30 +5,15 @@ backend is tested on (issue 27)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kubernetes import client
 
 from helpers.kube import create_namespace, unique, wait_for
-from helpers.kueue import GROUP, VERSION, Kueue, install_crds
+from helpers.kueue import GROUP, VERSION, Kueue
 
 pytestmark = [pytest.mark.integration]
-
-
-@pytest.fixture(scope="module")
-def kueue(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kueue]:
-    workdir = tmp_path_factory.mktemp("kueue")
-    install_crds(cluster.kubeconfig, workdir)
-    try:
-        cluster.core.create_namespace({"metadata": {"name": "kueue-system"}})
-    except client.ApiException as e:
-        if e.status != 409:
-            raise
-    proc = Kueue(cluster.kubeconfig, workdir)
-    yield proc
-    proc.stop()
 
 
 def custom(cluster: Any) -> client.CustomObjectsApi:
