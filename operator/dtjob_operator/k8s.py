@@ -67,6 +67,11 @@ API_CALLS: frozenset[tuple[str, str, str]] = frozenset(
         ("coordination.k8s.io", "leases", "get"),
         ("coordination.k8s.io", "leases", "create"),
         ("coordination.k8s.io", "leases", "update"),
+        # Jobs in a Kueue LocalQueue (kueue/backend.py).
+        ("kueue.x-k8s.io", "workloads", "get"),
+        ("kueue.x-k8s.io", "workloads", "create"),
+        ("kueue.x-k8s.io", "workloads/status", "patch"),
+        ("kueue.x-k8s.io", "resourceflavors", "get"),
     }
 )
 

@@ -136,7 +136,11 @@ class Reconciler:
         self.caches = Caches(api, settings, self.queue.add, lambda: self.request_admission())
         self.admission: AdmissionController | None = None
         # Jobs labelled with a Kueue LocalQueue are Kueue's to admit (kueue/backend.py).
-        self.kueue = KueueBackend(api, settings) if settings.admission == "builtin" else None
+        self.kueue = (
+            KueueBackend(api, settings, lambda: self.caches.list_priority_classes())
+            if settings.admission == "builtin"
+            else None
+        )
         if settings.admission == "builtin":
             self.admission = AdmissionController(
                 api, settings, metrics, self.book, self.queue.add, is_leader, self.caches

@@ -5,15 +5,18 @@ when the job ends).
 
 The planner does not learn which backend answered: it gets `admitted`, a message and reason
 while it waits, `preempted` when Kueue evicts a running gang, and the pods' placements.
-Built so far: create, wait with Kueue's message, admit with the flavors' placement, stop an
-evicted gang, Finished. Not yet: clearing the admission after an eviction, PodsReady,
-suspend as spec.active, a Workload cache and watch (it is read per reconcile).
+Built so far: create (priority from the pods' PriorityClass), wait with Kueue's message,
+admit with the flavors' placement, stop an evicted gang and, once its pods are gone, hand
+the quota back (the admission cleared, as Kueue's job integrations do), Finished. Not yet:
+PodsReady, suspend as spec.active, WorkloadPriorityClasses, a Workload cache and watch (it
+is read per reconcile).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from dtjob_api.status import JobPhase
@@ -28,7 +31,13 @@ from dtjob_operator.kueue.verdict import (
     placements,
     verdict,
 )
-from dtjob_operator.kueue.workload import build_workload, pod_sets, queue_of, workload_name
+from dtjob_operator.kueue.workload import (
+    Priority,
+    build_workload,
+    pod_sets,
+    queue_of,
+    workload_name,
+)
 from dtjob_operator.settings import OperatorSettings
 
 log = logging.getLogger(__name__)
@@ -36,14 +45,31 @@ Obj = dict[str, Any]
 # Field manager of the Finished condition: Kueue reads the condition whoever wrote it, and a
 # manager of our own leaves the conditions Kueue applies under its managers alone.
 FINISHED_MANAGER = "dtjob-operator-finished"
+# Clearing an admission must remove `status.admission`, which Kueue applies under this
+# manager: only an apply under the same manager that leaves it out removes it. The apply
+# then carries every other field that manager owns as it is (Kueue's PrepareWorkloadPatch).
+ADMISSION_MANAGER = "kueue-admission"
+_ADMISSION_CONDITIONS = ("QuotaReserved", "Evicted", "Admitted", "Preempted", "Requeued",
+                         "DeactivationTarget", "Finished")  # fmt: skip
+_ADMISSION_FIELDS = ("requeueState", "resourceRequests", "accumulatedPastExecutionTimeSeconds",
+                     "schedulingStats", "clusterName", "nominatedClusterNames",
+                     "unhealthyNodes", "admissionChecks")  # fmt: skip
+# Evictions after which Kueue's integrations mark the Workload Requeued=True at once.
+_REQUEUED_AT_ONCE = ("Preempted", "NodeFailures")
 
 
 class KueueBackend:
     """What Kueue says about a job, and the Workload kept in step with the job."""
 
-    def __init__(self, api: KubeApi, settings: OperatorSettings) -> None:
+    def __init__(
+        self,
+        api: KubeApi,
+        settings: OperatorSettings,
+        priority_classes: Callable[[], Sequence[Mapping[str, Any]]],
+    ) -> None:
         self.api = api
         self.settings = settings
+        self.priority_classes = priority_classes
 
     def view(
         self, job_obj: Obj, pods: Sequence[Mapping[str, Any]]
@@ -54,14 +80,20 @@ class KueueBackend:
         name = workload_name(job)
         workload = self.api.get_workload(job.namespace, name)
         if workload is None:
-            created = self.api.create_workload(build_workload(job, queue, self.settings))
+            body = build_workload(job, queue, self.settings, self._priority(job))
+            created = self.api.create_workload(body)
             if created:
                 log.info("created Workload %s/%s in LocalQueue %s", job.namespace, name, queue)
             return self._waiting(f"Workload {name} submitted to LocalQueue {queue}"), {}
         said = verdict(workload)
-        if said.evicted is not None and pods:
+        if said.evicted is not None:
             reason, message = said.evicted
-            return {"admitted": False, "preempted": f"Kueue evicted it ({reason}): {message}"}, {}
+            if pods:  # the planner stops the gang (SIGTERM: a checkpoint is written)
+                return {"admitted": False,
+                        "preempted": f"Kueue evicted it ({reason}): {message}"}, {}  # fmt: skip
+            if (condition(workload, "QuotaReserved") or {}).get("status") == "True":
+                self._release(workload, reason, message)
+            return self._waiting(f"Kueue evicted it ({reason}): {message}; queued again"), {}
         if not said.admitted:
             where = f"LocalQueue {queue}" + (
                 f", ClusterQueue {said.cluster_queue}" if said.cluster_queue else ""
@@ -80,6 +112,47 @@ class KueueBackend:
             for pod in pod_set.pods
         }
         return {"admitted": True}, by_pod
+
+    def _priority(self, job: Job) -> Priority | None:
+        """The pods' PriorityClass and its value (Kueue's webhook would fill it in)."""
+        name = job.spec.priorityClassName
+        if not name:
+            return None
+        for pc in self.priority_classes():
+            if pc.get("metadata", {}).get("name") == name:
+                return Priority("PriorityClass", name, int(pc.get("value") or 0))
+        return None
+
+    def _release(self, workload: Obj, reason: str, message: str) -> None:
+        """The evicted gang is gone: clear the admission so that Kueue queues the Workload
+        again (what Kueue's job integrations do once the job is stopped)."""
+        status = workload.get("status") or {}
+        now = workload["metadata"].get("creationTimestamp")
+        kept = {c["type"]: c for c in status.get("conditions") or []
+                if c.get("type") in _ADMISSION_CONDITIONS}  # fmt: skip
+        for type_, state, why in (
+            ("QuotaReserved", "False", "Pending"),
+            ("Admitted", "False", "NoReservation"),
+            ("Requeued", "True" if reason in _REQUEUED_AT_ONCE else "False", reason),
+        ):
+            old = kept.get(type_) or {}
+            changed = old.get("status") != state
+            kept[type_] = {
+                "type": type_, "status": state, "reason": why or "Evicted", "message": message,
+                "lastTransitionTime": _now() if changed else old.get("lastTransitionTime", now),
+            }  # fmt: skip
+        body: Obj = {
+            "apiVersion": workload["apiVersion"],
+            "kind": "Workload",
+            "metadata": {"name": workload["metadata"]["name"],
+                         "namespace": workload["metadata"]["namespace"]},
+            "status": {"conditions": list(kept.values()),
+                       **{k: status[k] for k in _ADMISSION_FIELDS if k in status}},
+        }  # fmt: skip
+        self.api.apply_workload_status(body, ADMISSION_MANAGER)
+        meta = workload["metadata"]
+        log.info("released the admission of Workload %s/%s after its eviction (%s)",
+                 meta["namespace"], meta["name"], reason)  # fmt: skip
 
     @staticmethod
     def _waiting(message: str) -> dict[str, Any]:
@@ -111,3 +184,7 @@ class KueueBackend:
         }  # fmt: skip
         self.api.apply_workload_status(body, FINISHED_MANAGER)
         log.info("Workload %s/%s Finished (%s)", job.namespace, name, phase)
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

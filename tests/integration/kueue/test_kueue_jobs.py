@@ -153,3 +153,49 @@ def test_kueue_admits_starts_and_frees_the_quota(cluster: Any, kueue: Kueue) -> 
     )
     wait_pods_running(cluster.core, ns, second, 1, timeout=90)
     cluster.core.delete_namespace(ns)
+
+
+def priority_class(cluster: Any, name: str, value: int) -> None:
+    from kubernetes import client
+
+    try:
+        client.SchedulingV1Api(cluster.api).create_priority_class(
+            {"metadata": {"name": name}, "value": value, "preemptionPolicy": "PreemptLowerPriority"}
+        )
+    except client.ApiException as e:
+        if e.status != 409:
+            raise
+
+
+@pytest.mark.usefixtures("operator")
+def test_a_higher_priority_job_preempts_through_kueue_and_the_low_one_comes_back(
+    cluster: Any, kueue: Kueue
+) -> None:
+    ns = create_namespace(cluster.core, "kp")
+    cq = team_queue(cluster, ns, gpus=4)
+    custom(cluster).patch_cluster_custom_object(GROUP, VERSION, "clusterqueues", cq, {
+        "spec": {"preemption": {"withinClusterQueue": "LowerPriority"}}})  # fmt: skip
+    priority_class(cluster, "kueue-test-low", 100)
+    priority_class(cluster, "kueue-test-high", 1000)
+    low, high = unique("low"), unique("high")
+    job = queued_job(low, 2, 2)
+    job["spec"]["priorityClassName"] = "kueue-test-low"
+    create_job(cluster.api, ns, job)
+    wait_pods_running(cluster.core, ns, low, 2)
+    wait_phase(cluster.api, ns, low, "Running")
+
+    job = queued_job(high, 2, 2)
+    job["spec"]["priorityClassName"] = "kueue-test-high"
+    create_job(cluster.api, ns, job)
+    # Kueue evicts the low job's Workload; the operator stops its gang (SIGTERM, as for its
+    # own preemption), and once the pods are gone hands the quota back.
+    stopped = wait_phase(cluster.api, ns, low, "Suspended", timeout=90)
+    reasons = {c["type"]: c["reason"] for c in stopped["conditions"]}
+    assert reasons["Suspended"] == "Preempted", stopped
+    wait_pods_running(cluster.core, ns, high, 2, timeout=90)
+    assert job_pods(cluster.core, ns, low) == []
+    for pod in job_pods(cluster.core, ns, high):
+        exit_pod(cluster.core, ns, pod.metadata.name, 0)
+    wait_phase(cluster.api, ns, high, "Succeeded")
+    wait_pods_running(cluster.core, ns, low, 2, timeout=90)  # re-admitted: a fresh gang
+    cluster.core.delete_namespace(ns)
