@@ -370,12 +370,8 @@ class Reconciler:
             if plan.status.get("restarts", 0) > old_status.get("restarts", 0):
                 self.metrics.restarts.labels(namespace=namespace).inc()
         self._after_admission_step(job, written, plan.status, bool(plan.delete_pods))
-        if (
-            self.kueue is not None
-            and queued_in_kueue
-            and plan.status.get("phase") in TERMINAL_PHASES
-        ):
-            self.kueue.finished(job, str(plan.status["phase"]))
+        if self.kueue is not None and queued_in_kueue:
+            self.kueue.after(job, str(plan.status.get("phase")))
         for event in plan.events:
             self.api.emit_event(job, event.type, event.reason, event.message)
         self.metrics.observe_phase(key, plan.status.get("phase"))

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from dtjob_api.status import JobPhase
+from dtjob_api.status import TERMINAL_PHASES, JobPhase
 from dtjob_operator.builders import Job
 from dtjob_operator.constants import REASON_WAITING_FOR_KUEUE
 from dtjob_operator.k8s import KubeApi
@@ -49,6 +49,8 @@ FINISHED_MANAGER = "dtjob-operator-finished"
 # manager: only an apply under the same manager that leaves it out removes it. The apply
 # then carries every other field that manager owns as it is (Kueue's PrepareWorkloadPatch).
 ADMISSION_MANAGER = "kueue-admission"
+# Kueue's job integrations apply PodsReady under this manager; the same keeps one owner.
+PODS_READY_MANAGER = "kueue-job-controller-PodsReady"
 _ADMISSION_CONDITIONS = ("QuotaReserved", "Evicted", "Admitted", "Preempted", "Requeued",
                          "DeactivationTarget", "Finished")  # fmt: skip
 _ADMISSION_FIELDS = ("requeueState", "resourceRequests", "accumulatedPastExecutionTimeSeconds",
@@ -70,6 +72,9 @@ class KueueBackend:
         self.api = api
         self.settings = settings
         self.priority_classes = priority_classes
+        # The Workload each job's view() read, for after() in the same pass (a job is in one
+        # worker at a time; no second read).
+        self._read: dict[str, Obj | None] = {}
 
     def view(
         self, job_obj: Obj, pods: Sequence[Mapping[str, Any]]
@@ -79,6 +84,7 @@ class KueueBackend:
         queue = queue_of(job_obj) or ""
         name = workload_name(job)
         workload = self.api.get_workload(job.namespace, name)
+        self._read[job.uid] = workload
         if workload is None:
             body = build_workload(job, queue, self.settings, self._priority(job))
             created = self.api.create_workload(body)
@@ -161,6 +167,51 @@ class KueueBackend:
             "admission_message": message,
             "admission_reason": REASON_WAITING_FOR_KUEUE,
         }
+
+    def after(self, job_obj: Obj, phase: str) -> None:
+        """After the pass: the Workload's PodsReady and Finished follow the job's phase."""
+        uid = job_obj["metadata"]["uid"]
+        if phase in TERMINAL_PHASES:
+            self._read.pop(uid, None)
+            self.finished(job_obj, phase)
+            return
+        workload = self._read.pop(uid, None)
+        if workload is not None:
+            self._pods_ready(workload, phase)
+
+    def _pods_ready(self, workload: Obj, phase: str) -> None:
+        """PodsReady as Kueue's job integrations report it: with waitForPodsReady on, a
+        Workload that never says so is evicted after its timeout."""
+        prior = condition(workload, "PodsReady") or {}
+        if not verdict(workload).admitted:
+            state, reason = "False", "WaitForStart"
+        elif phase == JobPhase.RUNNING:
+            was = prior.get("reason")
+            state, reason = (
+                "True",
+                "Recovered" if was in ("WaitForRecovery", "Recovered") else "Started",
+            )
+        elif prior.get("status") == "True":
+            state, reason = "False", "WaitForRecovery"
+        else:
+            state, reason = "False", "WaitForStart"
+        if (prior.get("status"), prior.get("reason")) == (state, reason):
+            return
+        message = {
+            "Started": "all pods of the gang are ready",
+            "Recovered": "all pods of the restarted gang are ready",
+            "WaitForStart": "not all pods of the gang are ready yet",
+            "WaitForRecovery": "the gang restarts: not all pods are ready",
+        }[reason]
+        body = {
+            "apiVersion": workload["apiVersion"],
+            "kind": "Workload",
+            "metadata": {"name": workload["metadata"]["name"],
+                         "namespace": workload["metadata"]["namespace"]},
+            "status": {"conditions": [{"type": "PodsReady", "status": state, "reason": reason,
+                                       "message": message, "lastTransitionTime": _now()}]},
+        }  # fmt: skip
+        self.api.apply_workload_status(body, PODS_READY_MANAGER)
 
     def finished(self, job_obj: Obj, phase: str) -> None:
         """The job ended: mark its Workload Finished, so that Kueue gives its quota back."""

@@ -10,6 +10,9 @@ from kubernetes import client
 
 from helpers.kueue import Kueue, install_crds
 
+PODS_READY_TIMEOUT_SECONDS = 15
+PODS_READY = {"timeout": f"{PODS_READY_TIMEOUT_SECONDS}s", "blockAdmission": False}
+
 
 @pytest.fixture(scope="session")
 def kueue(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kueue]:
@@ -20,6 +23,8 @@ def kueue(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ku
     except client.ApiException as e:
         if e.status != 409:
             raise
-    proc = Kueue(cluster.kubeconfig, workdir)
+    # waitForPodsReady on, as Kueue 0.19+ has it by default: a job that never reports its
+    # pods ready is evicted after the timeout (short here, so a test can wait it out).
+    proc = Kueue(cluster.kubeconfig, workdir, wait_for_pods_ready=PODS_READY)
     yield proc
     proc.stop()

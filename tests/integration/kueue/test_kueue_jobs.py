@@ -5,6 +5,7 @@ which admits the next job. A job without the label goes through the built-in adm
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -198,4 +199,32 @@ def test_a_higher_priority_job_preempts_through_kueue_and_the_low_one_comes_back
         exit_pod(cluster.core, ns, pod.metadata.name, 0)
     wait_phase(cluster.api, ns, high, "Succeeded")
     wait_pods_running(cluster.core, ns, low, 2, timeout=90)  # re-admitted: a fresh gang
+    cluster.core.delete_namespace(ns)
+
+
+@pytest.mark.usefixtures("operator")
+def test_a_healthy_job_reports_pods_ready_and_outlives_waitforpodsready(
+    cluster: Any, kueue: Kueue
+) -> None:
+    from integration.kueue.conftest import PODS_READY_TIMEOUT_SECONDS
+
+    ns = create_namespace(cluster.core, "kr")
+    team_queue(cluster, ns, gpus=4)
+    name = unique("ready")
+    create_job(cluster.api, ns, queued_job(name, 2, 1))
+    pods = {p.metadata.uid for p in wait_pods_running(cluster.core, ns, name, 2)}
+    wait_phase(cluster.api, ns, name, "Running")
+    api = custom(cluster)
+
+    def workload() -> dict[str, Any]:
+        items = api.list_namespaced_custom_object(GROUP, VERSION, ns, "workloads")["items"]
+        return next(w for w in items if name in w["metadata"]["name"])  # type: ignore[no-any-return]
+
+    ready = wait_for(lambda: (c := condition(workload(), "PodsReady")) and c["status"] == "True"
+                     and c, 30, what="PodsReady=True on the Workload")  # fmt: skip
+    assert ready["reason"] == "Started"
+    time.sleep(PODS_READY_TIMEOUT_SECONDS + 5)
+    assert (condition(workload(), "Evicted") or {}).get("status") != "True", workload()
+    assert status(cluster.api, ns, name)["phase"] == "Running"
+    assert {p.metadata.uid for p in job_pods(cluster.core, ns, name)} == pods
     cluster.core.delete_namespace(ns)
