@@ -138,7 +138,7 @@ class Reconciler:
         # Jobs labelled with a Kueue LocalQueue are Kueue's to admit (kueue/backend.py).
         self.kueue = (
             KueueBackend(api, settings, lambda: self.caches.list_priority_classes())
-            if settings.admission == "builtin"
+            if settings.admission in ("builtin", "kueue")
             else None
         )
         if settings.admission == "builtin":
@@ -302,7 +302,9 @@ class Reconciler:
         admission: dict[str, Any] = {}
         placements: dict[str, Placement] = {}
         terminal = (job.get("status") or {}).get("phase") in TERMINAL_PHASES
-        queued_in_kueue = self.kueue is not None and queue_of(job) is not None
+        queued_in_kueue = self.kueue is not None and (
+            self.settings.admission == "kueue" or queue_of(job) is not None
+        )
         if self.kueue is not None and queued_in_kueue and not terminal:
             admission, placements = self.kueue.view(job, pods)
         elif self.admission is not None:

@@ -21,7 +21,7 @@ from typing import Any
 
 from dtjob_api.status import TERMINAL_PHASES, JobPhase
 from dtjob_operator.builders import Job
-from dtjob_operator.constants import REASON_WAITING_FOR_KUEUE
+from dtjob_operator.constants import REASON_NO_LOCAL_QUEUE, REASON_WAITING_FOR_KUEUE
 from dtjob_operator.k8s import KubeApi
 from dtjob_operator.kueue.verdict import (
     Placement,
@@ -32,6 +32,7 @@ from dtjob_operator.kueue.verdict import (
     verdict,
 )
 from dtjob_operator.kueue.workload import (
+    QUEUE_LABEL,
     Priority,
     build_workload,
     pod_sets,
@@ -81,7 +82,18 @@ class KueueBackend:
     ) -> tuple[dict[str, Any], dict[str, Placement]]:
         """(the planner's admission inputs, pod name -> placement) for a labelled job."""
         job = Job.from_object(job_obj)
-        queue = queue_of(job_obj) or ""
+        queue = queue_of(job_obj) or self.settings.kueue_default_queue
+        if not queue:
+            return {
+                "admitted": False,
+                "admission_reason": REASON_NO_LOCAL_QUEUE,
+                "admission_message": (
+                    f"this cluster admits jobs through Kueue (setting admission: kueue) and "
+                    f"the job names no LocalQueue: label it {QUEUE_LABEL}=<a LocalQueue of "
+                    f"namespace {job.namespace}> (kubectl label dtj {job.name} "
+                    f"{QUEUE_LABEL}=<queue>), or ask the admin for a default (kueueDefaultQueue)"
+                ),
+            }, {}
         name = workload_name(job)
         workload = self.api.get_workload(job.namespace, name)
         self._read[job.uid] = workload
