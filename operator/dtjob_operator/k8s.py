@@ -70,6 +70,7 @@ API_CALLS: frozenset[tuple[str, str, str]] = frozenset(
         # Jobs in a Kueue LocalQueue (kueue/backend.py).
         ("kueue.x-k8s.io", "workloads", "get"),
         ("kueue.x-k8s.io", "workloads", "create"),
+        ("kueue.x-k8s.io", "workloads", "patch"),  # spec.active follows spec.suspend
         ("kueue.x-k8s.io", "workloads/status", "patch"),
         ("kueue.x-k8s.io", "resourceflavors", "get"),
     }
@@ -399,6 +400,12 @@ class KubeApi:
                 return False
             raise
         return True
+
+    def patch_workload(self, namespace: str, name: str, patch: Obj) -> None:
+        """Merge-patch a Workload (its spec.active)."""
+        self.custom.patch_namespaced_custom_object(
+            KUEUE_GROUP, KUEUE_VERSION, namespace, "workloads", name, patch
+        )
 
     def apply_workload_status(self, body: Obj, manager: str) -> None:
         """Server-side apply of a Workload's status under `manager`: conditions are a map by

@@ -120,7 +120,7 @@ tests/unit/operator/test_chart.py fails on any difference.
 # applied to a Workload's status when the job ends. Unused where Kueue is not installed.
 - apiGroups: [kueue.x-k8s.io]
   resources: [workloads]
-  verbs: [get, create]
+  verbs: [get, create, patch]
 - apiGroups: [kueue.x-k8s.io]
   resources: [workloads/status]
   verbs: [patch]

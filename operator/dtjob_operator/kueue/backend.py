@@ -5,11 +5,11 @@ when the job ends).
 
 The planner does not learn which backend answered: it gets `admitted`, a message and reason
 while it waits, `preempted` when Kueue evicts a running gang, and the pods' placements.
-Built so far: create (priority from the pods' PriorityClass), wait with Kueue's message,
-admit with the flavors' placement, stop an evicted gang and, once its pods are gone, hand
-the quota back (the admission cleared, as Kueue's job integrations do), Finished. Not yet:
-PodsReady, suspend as spec.active, WorkloadPriorityClasses, a Workload cache and watch (it
-is read per reconcile).
+Built: create (priority from the pods' PriorityClass), wait with Kueue's message, admit
+with the flavors' placement, PodsReady, stop an evicted gang and, once its pods are gone,
+hand the quota back (the admission cleared, as Kueue's job integrations do), spec.suspend
+as the Workload's spec.active, Finished. Not yet (docs/kueue.md): topology, partial
+admission, WorkloadPriorityClasses, a Workload cache and watch (it is read per reconcile).
 """
 
 from __future__ import annotations
@@ -103,6 +103,13 @@ class KueueBackend:
             if created:
                 log.info("created Workload %s/%s in LocalQueue %s", job.namespace, name, queue)
             return self._waiting(f"Workload {name} submitted to LocalQueue {queue}"), {}
+        active = (workload.get("spec") or {}).get("active", True) is not False
+        if active == job.spec.suspend:
+            # spec.suspend deactivates the Workload: Kueue evicts it and the quota goes back
+            # once the pods are gone; resuming activates it, and it queues again.
+            self.api.patch_workload(job.namespace, name, {"spec": {"active": not active}})
+            log.info("Workload %s/%s %s", job.namespace, name,
+                     "deactivated" if active else "activated")  # fmt: skip
         said = verdict(workload)
         if said.evicted is not None:
             reason, message = said.evicted

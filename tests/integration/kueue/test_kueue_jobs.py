@@ -228,3 +228,27 @@ def test_a_healthy_job_reports_pods_ready_and_outlives_waitforpodsready(
     assert status(cluster.api, ns, name)["phase"] == "Running"
     assert {p.metadata.uid for p in job_pods(cluster.core, ns, name)} == pods
     cluster.core.delete_namespace(ns)
+
+
+@pytest.mark.usefixtures("operator")
+def test_suspend_gives_the_quota_back_and_resume_queues_again(cluster: Any, kueue: Kueue) -> None:
+    from kubernetes import client
+
+    ns = create_namespace(cluster.core, "ks")
+    team_queue(cluster, ns, gpus=2)
+    first, second = unique("first"), unique("second")
+    create_job(cluster.api, ns, queued_job(first, 2, 1))
+    wait_pods_running(cluster.core, ns, first, 2)
+    create_job(cluster.api, ns, queued_job(second, 2, 1))
+    wait_phase(cluster.api, ns, second, "Queued")
+    jobs = client.CustomObjectsApi(cluster.api)
+    jobs.patch_namespaced_custom_object("dtjob.io", "v1alpha1", ns, "distributedtrainingjobs",
+                                        first, {"spec": {"suspend": True}})  # fmt: skip
+    wait_phase(cluster.api, ns, first, "Suspended")
+    wait_pods_running(cluster.core, ns, second, 2, timeout=90)  # the quota went back
+    jobs.patch_namespaced_custom_object("dtjob.io", "v1alpha1", ns, "distributedtrainingjobs",
+                                        first, {"spec": {"suspend": False}})  # fmt: skip
+    st = wait_phase(cluster.api, ns, first, "Queued", timeout=60)
+    assert any(c["reason"] == "WaitingForKueue" for c in st["conditions"]), st
+    assert job_pods(cluster.core, ns, first) == []
+    cluster.core.delete_namespace(ns)
