@@ -108,8 +108,21 @@ def rules(root: Node) -> list[tuple[str, str]]:
     for path, node, _ in [("", root, False), *fields(root)]:
         for rule in node.get("x-kubernetes-validations", []):
             where = path + rule.get("fieldPath", "")
-            found.append((where or "(the object)", rule["message"]))
+            found.append((where or "(the object)", rule.get("message") or _words(rule)))
     return found
+
+
+def _words(rule: Node) -> str:
+    """A message expression read aloud: its string literals, and <field> for the rest."""
+    parts = str(rule["messageExpression"]).split(" + ")
+    return "".join(json.loads(p) if p.startswith('"') else _placeholder(p) for p in parts)
+
+
+def _placeholder(expression: str) -> str:
+    for field in ("strategy.type", "parameterServer.mode", "pipeline.schedule"):
+        if field in expression:
+            return f"<spec.strategy.{field.removeprefix('strategy.')}>"
+    return "<value>"
 
 
 def render(crds: list[Node]) -> str:

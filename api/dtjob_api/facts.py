@@ -15,6 +15,7 @@ from dtjob_api.aliases import (
     resolved_mode,
     resolved_type,
 )
+from dtjob_api.resource_names import DEFAULT_GPU_RESOURCE
 from dtjob_api.spec import (
     DistributedTrainingJobSpec,
     HybridSpec,
@@ -90,6 +91,15 @@ class Facts:
     activationCheckpointing: bool = False
     trainerFieldsSet: frozenset[str] = frozenset()
     """Optional trainer fields present, e.g. "model.factory" (trainer_rules.py)."""
+    cpuRoles: str = ""
+    """Roles whose pods get no GPU, as "worker, ps" (a stage role with groups counts by its
+    groups, which a rule of their own checks)."""
+    gpuResourceWithoutGpus: frozenset[str] = frozenset()
+    """Roles that name a gpuResource other than the default and get no GPU."""
+    exitCodesInBoth: str = ""
+    """Exit codes listed both retryable and permanent, as "75, 76"."""
+    codePath: str = ""
+    """trainer.codePath as written ("" when unset)."""
 
     @property
     def stageTensorParallel(self) -> int:
@@ -168,6 +178,20 @@ class Facts:
             compile=trainer.compile,
             activationCheckpointing=trainer.activationCheckpointing,
             trainerFieldsSet=_fields_set(trainer),
+            cpuRoles=", ".join(r for r, gpus in _role_gpus(spec).items() if not gpus),
+            gpuResourceWithoutGpus=frozenset(
+                r
+                for r, gpus in _role_gpus(spec).items()
+                if not gpus and getattr(roles, r).gpuResource != DEFAULT_GPU_RESOURCE
+            ),
+            exitCodesInBoth=", ".join(
+                str(c)
+                for c in sorted(
+                    set(spec.runPolicy.retryableExitCodes or ())
+                    & set(spec.runPolicy.permanentExitCodes or ())
+                )
+            ),
+            codePath=trainer.codePath or "",
         )
 
 
@@ -175,12 +199,31 @@ def _processes(role: RoleSpec | None) -> int:
     return role.processes() * role.replicas if role else 0
 
 
+def _role_gpus(spec: DistributedTrainingJobSpec) -> dict[str, bool]:
+    """Each role present: whether its pods get a GPU (a stage role with groups: whether
+    any group does)."""
+    out = {}
+    for name in ("worker", "ps", "stage"):
+        role = getattr(spec.roles, name)
+        if role is not None:
+            groups = getattr(role, "groups", None) or []
+            out[name] = role.gpus > 0 or any(g.gpus > 0 for g in groups)
+    return out
+
+
+# Optional model and dataset fields whose presence a rule talks about (no default: CEL's
+# has() sees them only when the manifest sets them).
+_OPTIONAL_TRAINER_FIELDS = (
+    "factory", "kwargs", "path", "testPath", "dtype", "imageSize", "inputColumn", "targetColumn",
+)  # fmt: skip
+
+
 def _fields_set(trainer: TrainerSpec) -> frozenset[str]:
     """The optional model and dataset fields that a spec sets, as "model.factory"."""
     return frozenset(
         f"{part}.{name}"
         for part, spec in (("model", trainer.model), ("dataset", trainer.dataset))
-        for name in ("factory", "kwargs", "path", "testPath")
+        for name in _OPTIONAL_TRAINER_FIELDS
         if getattr(spec, name, None) is not None
     )
 

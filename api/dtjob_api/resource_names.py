@@ -30,6 +30,17 @@ EXTENDED_NAME_MESSAGE = (
     "and the GPUs (gpus, gpuResource) have fields of their own"
 )
 GPU_IN_EXTENDED_MESSAGE = "must not list gpuResource: set gpus instead"
+# Kubernetes refuses a pod that asks for a fraction of an extended resource (devices come
+# whole). Whole units are written as an integer with at most a multiplying suffix (4, 1k,
+# 2Ki; hugepages too: 512Mi, not 0.5Gi). "2000m" is whole as well, but the check is the
+# value's schema pattern: any CEL rule that reads an int-or-string as a string is over the
+# API server's cost budget (its size is unknown to the estimator), a pattern costs nothing,
+# and both languages hold the value to this one pattern (an int from YAML always passes).
+WHOLE_UNITS_PATTERN = r"^[+]?[0-9]+([kMGTPE]|[KMGTPE]i)?$"
+WHOLE_UNITS_MESSAGE = (
+    "must be a quantity in whole units, such as 1, 4, 2k or 512Mi (not 0.5, 500m or 0.5Gi): "
+    "Kubernetes refuses a fraction of an extended resource"
+)
 
 
 def is_extended_resource(name: str) -> bool:
@@ -40,9 +51,14 @@ def is_extended_resource(name: str) -> bool:
     )
 
 
+def is_hugepages(name: str) -> bool:
+    """hugepages-<size>: bytes, not devices."""
+    return re.match(HUGEPAGES_PATTERN, name) is not None
+
+
 def is_extra_resource_name(name: str) -> bool:
     """A name RoleSpec.extendedResources may hold: an extended resource or hugepages."""
-    return is_extended_resource(name) or re.match(HUGEPAGES_PATTERN, name) is not None
+    return is_extended_resource(name) or is_hugepages(name)
 
 
 # RoleSpec's own CEL rules: about the pair of fields, and the reserved domain.
@@ -59,3 +75,9 @@ ROLE_RESOURCE_RULES: list[Any] = [
         "fieldPath": ".gpuResource",
     },
 ]
+
+
+def is_whole_units(quantity: str) -> bool:
+    """Whether a quantity is a whole number written as Kubernetes users write devices: an
+    integer with at most a multiplying suffix ("4", "1k", "2Ki"; not "0.5", "500m")."""
+    return re.match(WHOLE_UNITS_PATTERN, quantity) is not None

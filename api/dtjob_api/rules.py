@@ -17,6 +17,7 @@ behind it (`detail`), which CEL messages cannot carry (rule.py: Rule, PLACEHOLDE
 
 from __future__ import annotations
 
+from dtjob_api.contradiction_rules import CONTRADICTION_RULES
 from dtjob_api.facts import (
     BUNDLED_TRAINER,
     DATA_PARALLEL,
@@ -512,4 +513,5 @@ RULES: tuple[Rule, ...] = (
     ),
     *TRAINER_RULES,
     *SPEED_RULES,
+    *CONTRADICTION_RULES,
 )  # fmt: skip

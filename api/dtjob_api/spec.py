@@ -19,6 +19,7 @@ from pydantic import (
 
 from dtjob_api.base import ApiModel
 from dtjob_api.contract import CONFIG_MOUNT_DIR, SHM_MOUNT_PATH
+from dtjob_api.paths import cel_not_reserved, cel_plain
 from dtjob_api.resource_names import (
     DEFAULT_GPU_RESOURCE,
     EXTENDED_NAME_MESSAGE,
@@ -28,6 +29,7 @@ from dtjob_api.resource_names import (
     MAX_EXTENDED_RESOURCES,
     RESOURCE_NAME_MAX,
     ROLE_RESOURCE_RULES,
+    WHOLE_UNITS_PATTERN,
     is_extended_resource,
     is_extra_resource_name,
 )
@@ -82,6 +84,16 @@ Quantity = Annotated[
         json_schema_extra={"x-kubernetes-int-or-string": True},
     ),
     # Last, so it wraps the constrained str (and the pattern stays in the JSON schema).
+    BeforeValidator(_int_to_quantity),
+]
+# An amount of an extended resource: a quantity in whole units (resource_names.py).
+DeviceQuantity = Annotated[
+    str,
+    Field(
+        pattern=WHOLE_UNITS_PATTERN,
+        max_length=64,
+        json_schema_extra={"x-kubernetes-int-or-string": True},
+    ),
     BeforeValidator(_int_to_quantity),
 ]
 # A DNS-1123 subdomain (PersistentVolumeClaim names), as the core API checks it.
@@ -232,7 +244,7 @@ class RoleSpec(ApiModel):
     """Extended resource the gpus are requested as: nvidia.com/gpu, a MIG profile such as
     nvidia.com/mig-1g.10gb, amd.com/gpu. GPU defaults (/dev/shm size, backend auto = nccl)
     follow gpus whatever the name."""
-    extendedResources: dict[str, Quantity] | None = Field(
+    extendedResources: dict[str, DeviceQuantity] | None = Field(
         default=None,
         max_length=MAX_EXTENDED_RESOURCES,
         json_schema_extra={
@@ -396,18 +408,23 @@ class RolesSpec(ApiModel):
     """Pipeline stages: ModelParallel, Pipeline and Hybrid only."""
 
 
-# The checkpoint volume may not hide the operator's mounts (checked at apply).
+# The checkpoint volume may not hide the operator's mounts (checked at apply; paths.py says
+# why a path must be plain first).
 CHECKPOINT_CEL = [
     {
-        "rule": " && ".join(
-            f"self.mountPath != '{d}' && !self.mountPath.startsWith('{d}/')"
-            for d in (SHM_MOUNT_PATH, CONFIG_MOUNT_DIR)
-        ),
+        "rule": cel_plain("self.mountPath"),
+        "message": "mountPath must be an absolute path written plainly, without '//', '.' or "
+        "'..' components (e.g. /checkpoints)",
+        "fieldPath": ".mountPath",
+        "reason": "FieldValueInvalid",
+    },
+    {
+        "rule": cel_not_reserved("self.mountPath"),
         "message": f"mountPath may not be {SHM_MOUNT_PATH} or {CONFIG_MOUNT_DIR} or inside them: "
         "the operator mounts shared memory and the job config there",
         "fieldPath": ".mountPath",
         "reason": "FieldValueInvalid",
-    }
+    },
 ]
 
 

@@ -66,6 +66,9 @@ class Progress(ApiModel):
     """Passes over the training data."""
     loss: float | None = None
     """Latest training loss."""
+    lossShort: str | None = None
+    """The loss to 4 significant digits, as `kubectl get dtj` shows it (the operator's; the
+    full value is `loss`)."""
     samplesPerSecond: float | None = None
     """Recent throughput."""
     etaSeconds: float | None = None

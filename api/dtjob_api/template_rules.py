@@ -9,8 +9,11 @@ with the field named, instead of sitting "Queued" while every pod creation fails
 - what core/v1 validates only when a pod is created: a volume with no or two sources, a
   mount of a volume that does not exist, duplicate names and paths, label syntax, the
   256 KiB annotation limit;
-- hostPath volumes, unless the operator's settings allow them (allow_host_path);
-- checkpoint.mountPath over /dev/shm or the job config.
+- hostPath volumes, unless the admin's guard rails allow them (guard_rails.py has the
+  others);
+- nodeName (placement belongs to the admission and the scheduler);
+- checkpoint.mountPath and the trainer's mounts at or over /dev/shm or the job config,
+  however the path is spelled (paths.py).
 """
 
 from __future__ import annotations
@@ -22,16 +25,16 @@ from collections.abc import Iterable
 from dtjob_api import podtemplate as pt
 from dtjob_api.contract import (
     CHECKPOINT_VOLUME,
-    CONFIG_MOUNT_DIR,
     CONFIG_VOLUME,
     LABEL_MANAGED_BY,
     RENDEZVOUS_PORT_NAME,
     RESERVED_PREFIX,
-    SHM_MOUNT_PATH,
     SHM_VOLUME,
     TRAINER_CONTAINER,
 )
 from dtjob_api.errors import FieldError
+from dtjob_api.guard_rails import DEFAULT_RAILS, GuardRails
+from dtjob_api.paths import normalised, plain_problem, reserved_dir
 from dtjob_api.spec import DistributedTrainingJobSpec
 from dtjob_api.template_spec import PodTemplate
 
@@ -63,18 +66,15 @@ _LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _DNS1123_SUBDOMAIN = re.compile(
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 )
-# Directories only the operator mounts into (the checkpoint directory may hold user mounts).
-_RESERVED_DIRS = (
-    (SHM_MOUNT_PATH, "the shared-memory volume"),
-    (CONFIG_MOUNT_DIR, "the job config"),
-)
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 def template_errors(
-    spec: DistributedTrainingJobSpec, *, allow_host_path: bool = False
+    spec: DistributedTrainingJobSpec, rails: GuardRails | None = DEFAULT_RAILS
 ) -> list[FieldError]:
-    """Every problem of every role's template, and of the checkpoint paths."""
+    """Every problem of every role's template, and of the checkpoint paths (hostPath by
+    the guard rails; None: a job that already started, which keeps its hostPath)."""
+    allow_host_path = rails is None or rails.allow_host_path
     errors = checkpoint_errors(spec)
     for role in ("worker", "ps", "stage"):
         role_spec = getattr(spec.roles, role)
@@ -86,17 +86,20 @@ def template_errors(
 
 
 def checkpoint_errors(spec: DistributedTrainingJobSpec) -> list[FieldError]:
-    """checkpoint.mountPath may not cover or sit inside /dev/shm or the job config."""
+    """checkpoint.mountPath must be plain and may not be or sit inside /dev/shm or the job
+    config (the CRD's CHECKPOINT_CEL, again)."""
     path = spec.checkpoint.mountPath
-    for ours, what in _RESERVED_DIRS:
-        if _inside(path, ours):
-            return [
-                FieldError(
-                    "spec.checkpoint.mountPath",
-                    f"{path!r} is inside {ours}, where the operator mounts {what}; "
-                    "choose another directory (default /checkpoints)",
-                )
-            ]
+    if problem := plain_problem(path):
+        return [FieldError("spec.checkpoint.mountPath", problem)]
+    if clash := reserved_dir(path):
+        ours, what = clash
+        return [
+            FieldError(
+                "spec.checkpoint.mountPath",
+                f"{path!r} is inside {ours}, where the operator mounts {what}; "
+                "choose another directory (default /checkpoints)",
+            )
+        ]
     return []
 
 
@@ -137,6 +140,12 @@ def _pod_fields(template: PodTemplate) -> Iterable[tuple[str, str]]:
             f"must be Never (got {pod['restartPolicy']!r}): the operator restarts the whole "
             "gang, because a collective cannot take back one restarted process; see "
             "spec.runPolicy.restartPolicy",
+        )
+    if "nodeName" in pod:
+        yield (
+            "spec.nodeName",
+            "binds the pods to a node without the scheduler, past taints, quotas and the gang "
+            "admission's placement; use nodeSelector or affinity to choose nodes",
         )
     for name in ("hostname", "subdomain"):
         if name in pod:
@@ -236,20 +245,26 @@ def _mounts(template: PodTemplate, spec: DistributedTrainingJobSpec) -> Iterable
         name = mount.value.get("name")
         if name not in defined:
             yield f"{mount.path}.name", f"no volume named {name!r} in the template's volumes"
-    checkpoints = spec.checkpoint.mountPath.rstrip("/") or "/"
+    # Compared in their normalised form: the kubelet resolves '//', '.' and '..' (paths.py).
+    checkpoints = normalised(spec.checkpoint.mountPath)
     seen: set[str] = set()
     for mount in pt.trainer_items(template, "volumeMounts"):
-        path = str(mount.value.get("mountPath", "")).rstrip("/") or "/"
-        clash = next((o for o, _ in _RESERVED_DIRS if _inside(path, o)), None)
+        written = str(mount.value.get("mountPath", ""))
+        path = normalised(written) if written.startswith("/") else written
+        where = reserved_dir(path)
+        clash = where[0] if where else None
         if clash is None and path == checkpoints:
             clash = f"{checkpoints} (spec.checkpoint.mountPath)"
         if clash is not None:
             yield (
                 f"{mount.path}.mountPath",
-                f"{path!r} is at or inside {clash}, where the operator mounts its own volume",
+                f"{written!r} is at or inside {clash}, where the operator mounts its own volume",
             )
         elif path in seen:
-            yield f"{mount.path}.mountPath", f"{path!r} is already mounted in the trainer container"
+            yield (
+                f"{mount.path}.mountPath",
+                f"{written!r} is already mounted in the trainer container",
+            )
         seen.add(path)
 
 
@@ -298,8 +313,3 @@ def _trainer_env(template: PodTemplate) -> Iterable[tuple[str, str]]:
             field = CONTRACT_ENV[name]
             hint = f"; set {field} instead" if field else ""
             yield f"{var.path}.name", f"{name} is set by the operator (the env contract){hint}"
-
-
-def _inside(path: str, ours: str) -> bool:
-    """path is ours or below it."""
-    return (path.rstrip("/") + "/").startswith(ours.rstrip("/") + "/")

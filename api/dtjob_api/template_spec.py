@@ -28,15 +28,18 @@ EnvVar = Annotated[dict[str, Any], _core("EnvVar")]
 Labels = Annotated[dict[str, str], Field(max_length=64)]
 
 
-def _no_reserved_keys(field: str) -> dict[str, str]:
-    parent = field.rpartition(".")[0]
-    rule = f"!has(self.{field}) || self.{field}.all(k, !k.startsWith('dtjob.io/'))"
-    if parent:
-        rule = f"!has(self.{parent}) || {rule}"
+def _no_reserved_keys(kind: str) -> dict[str, str]:
+    """labels or annotations, short and under metadata: no dtjob.io/* key (one rule for
+    both places: each rule is repeated in the three roles' templates, and the CRD must
+    stay under the 256 KiB of a client-side `kubectl apply`)."""
+    rule = (
+        f"(!has(self.{kind}) || self.{kind}.all(k, !k.startsWith('dtjob.io/'))) && "
+        f"(!has(self.metadata) || !has(self.metadata.{kind}) || "
+        f"self.metadata.{kind}.all(k, !k.startsWith('dtjob.io/')))"
+    )
     return {
         "rule": rule,
-        "message": f"{field}: dtjob.io/* keys are reserved for the operator",
-        "fieldPath": f".{field}",
+        "message": f"{kind} and metadata.{kind}: dtjob.io/* keys are reserved for the operator",
         "reason": "FieldValueForbidden",
     }
 
@@ -53,16 +56,15 @@ TEMPLATE_CEL = [
         "reason": "FieldValueForbidden",
     },
     {
-        "rule": "!has(self.spec) || (!has(self.spec.hostname) && !has(self.spec.subdomain))",
-        "message": "spec.hostname and spec.subdomain are set by the operator: every pod gets "
-        "the stable DNS name <job>-<role>-<index>.<job>",
+        "rule": "!has(self.spec) || (!has(self.spec.hostname) && !has(self.spec.subdomain) "
+        "&& !has(self.spec.nodeName))",
+        "message": "spec.hostname and spec.subdomain are the operator's (stable pod DNS names), "
+        "spec.nodeName the scheduler's (use nodeSelector or affinity)",
         "fieldPath": ".spec",
         "reason": "FieldValueForbidden",
     },
-    *(
-        _no_reserved_keys(field)
-        for field in ("labels", "annotations", "metadata.labels", "metadata.annotations")
-    ),
+    _no_reserved_keys("labels"),
+    _no_reserved_keys("annotations"),
 ]
 
 

@@ -2,13 +2,16 @@
 trainer.dataset from files or a factory); rules.py adds them to RULES, so each is enforced
 as CEL in the CRD and in Python by the operator, like every other rule.
 
-A factory and its kwargs belong to type Custom only, a path to the data sets read from files.
-These hold whatever runs the pods: they are about the spec's shape, not the trainer.
+A factory and its kwargs belong to type Custom only, a path to the data sets read from files,
+each data set's own settings to its type (dtype to TokenFile, ...), and trainer.codePath is a
+plain absolute path outside the operator's mounts (paths.py). These hold whatever runs the
+pods: they are about the spec's shape, not the trainer.
 """
 
 from __future__ import annotations
 
 from dtjob_api.facts import Facts, cel_list
+from dtjob_api.paths import cel_not_reserved, cel_plain, is_plain, reserved_dir
 from dtjob_api.rule import Rule
 from dtjob_api.spec import DatasetType, ModelType
 
@@ -47,6 +50,20 @@ def _factory_required(part: str) -> Rule:
     )  # fmt: skip
 
 
+def _dataset_setting(field: str, kind: DatasetType) -> Rule:
+    """trainer.dataset.<field> belongs to data sets of type `kind` only."""
+    return Rule(
+        f"trainer.dataset.{field}",
+        f"has({_DATA}.{field})", lambda f: _set(f, f"dataset.{field}"),
+        f'{_DATA}.type == "{kind.value}"', lambda f: f.datasetType == kind.value,
+        f"only allowed with trainer.dataset.type {kind.value}",
+        "FieldValueForbidden",
+    )  # fmt: skip
+
+
+_CODE_PATH = "self.trainer.codePath"
+
+
 TRAINER_RULES: tuple[Rule, ...] = (
     _factory_required("model"),
     _custom_only("model", "factory"),
@@ -74,5 +91,18 @@ TRAINER_RULES: tuple[Rule, ...] = (
         f"has({_DATA}.path)", lambda f: _set(f, "dataset.path"),
         "needs trainer.dataset.path: it holds out data of the same form",
         "FieldValueForbidden",
+    ),
+    _dataset_setting("dtype", DatasetType.TOKEN_FILE),
+    _dataset_setting("imageSize", DatasetType.IMAGE_FOLDER),
+    _dataset_setting("inputColumn", DatasetType.HF_DISK),
+    _dataset_setting("targetColumn", DatasetType.HF_DISK),
+    Rule(
+        "trainer.codePath",
+        f"has({_CODE_PATH})", lambda f: bool(f.codePath),
+        f"{cel_plain(_CODE_PATH)} && {cel_not_reserved(_CODE_PATH)}",
+        lambda f: is_plain(f.codePath) and reserved_dir(f.codePath) is None,
+        "must be an absolute path without '//', '.' or '..' components, outside /dev/shm "
+        "and /etc/dtjob (the operator's mounts)",
+        detail="got {codePath}",
     ),
 )  # fmt: skip

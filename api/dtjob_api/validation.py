@@ -21,6 +21,8 @@ from pydantic_core import ErrorDetails
 
 from dtjob_api.errors import FieldError, SpecInvalid
 from dtjob_api.facts import Facts
+from dtjob_api.guard_rails import DEFAULT_RAILS, GuardRails, guard_rail_errors
+from dtjob_api.resource_names import WHOLE_UNITS_MESSAGE, WHOLE_UNITS_PATTERN
 from dtjob_api.rules import (
     IMMUTABLE_MESSAGE,
     MAX_NAME_LENGTH,
@@ -38,13 +40,17 @@ from dtjob_api.template_rules import template_errors
 
 
 def validate_job(
-    spec: Mapping[str, Any] | None, name: str | None = None, *, allow_host_path: bool = False
+    spec: Mapping[str, Any] | None,
+    name: str | None = None,
+    *,
+    rails: GuardRails | None = DEFAULT_RAILS,
 ) -> list[FieldError]:
     """All problems of a job's spec (camelCase dict as stored); empty when it is valid.
 
-    `name` (metadata.name), when given, is checked too. Cross-field rules and the pod
-    template rules (template_rules.py; `allow_host_path` is the operator's setting) run only
-    once the spec parses: they need its defaults.
+    `name` (metadata.name), when given, is checked too. Cross-field rules, the pod template
+    rules (template_rules.py) and the admin's guard rails (guard_rails.py; `rails` are the
+    operator's settings, None to skip them) run only once the spec parses: they need its
+    defaults.
     """
     errors = validate_name(name) if name is not None else []
     if not isinstance(spec, Mapping):
@@ -56,7 +62,8 @@ def validate_job(
     return (
         errors
         + cross_field_errors(parsed)
-        + template_errors(parsed, allow_host_path=allow_host_path)
+        + template_errors(parsed, rails)
+        + (guard_rail_errors(parsed, rails) if rails is not None else [])
     )
 
 
@@ -159,6 +166,10 @@ def _from_pydantic(error: ErrorDetails, root: str = "spec") -> FieldError:
         QUANTITY_PATTERN
     ):
         message = f"must be a Kubernetes quantity such as 500m, 4 or 16Gi (got {value!r})"
+    elif kind == "string_pattern_mismatch" and error.get("ctx", {}).get("pattern") == (
+        WHOLE_UNITS_PATTERN
+    ):
+        message = f"{WHOLE_UNITS_MESSAGE} (got {value!r})"
     elif kind == "string_pattern_mismatch" and error.get("ctx", {}).get("pattern") == (
         DNS1123_SUBDOMAIN
     ):

@@ -131,7 +131,10 @@ class _Planner(PlanState):
         errors = validate_job(
             self.o.job.get("spec"),
             self.meta.get("name"),
-            allow_host_path=self.settings.allow_host_path,
+            # The admin's guard rails hold a job until it starts: tightening one must not
+            # fail the jobs already running (a suspend clears startTime: a resumed job is
+            # checked anew).
+            rails=None if self.prior.get("startTime") else self.settings.guard_rails(),
         )
         if errors:
             shown = "; ".join(str(e) for e in errors[:MAX_ERRORS_IN_MESSAGE])

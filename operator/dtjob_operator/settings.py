@@ -4,11 +4,14 @@ Built once at start-up and passed to whatever needs it; nothing reads a global. 
 choices belong in the job spec; only what a job cannot or should not choose lives here.
 """
 
+from __future__ import annotations
+
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from dtjob_api.guard_rails import GuardRails
 from dtjob_api.spec import QUANTITY_PATTERN
 
 
@@ -55,10 +58,26 @@ class OperatorSettings(BaseSettings):
     pod_security_defaults: bool = True
     """Give pods the 'restricted' Pod Security Standard context (non-root uid 1000, no
     privilege escalation, all capabilities dropped, RuntimeDefault seccomp)."""
+    # Guard rails (dtjob_api.guard_rails, docs/operator.md): a job that breaks one fails with
+    # InvalidSpec naming the field and the setting.
     allow_host_path: bool = False
     """Allow hostPath volumes in job pod templates. Off: a hostPath volume gives the pod the
     node's files, which only a trusted namespace should have; the job fails with
     InvalidSpec naming the volume."""
+    allow_host_namespaces: bool = False
+    """Allow hostNetwork, hostPID and hostIPC in job pod templates (RDMA over the host
+    network needs hostNetwork)."""
+    allow_privileged: bool = False
+    """Allow privileged containers and allowPrivilegeEscalation: true."""
+    allowed_capabilities: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """Linux capabilities a container may add (DTJOB_ALLOWED_CAPABILITIES="IPC_LOCK,..."):
+    RDMA needs IPC_LOCK to pin memory. Empty: none."""
+    allowed_priority_classes: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """PriorityClass names or globs a job may use (DTJOB_ALLOWED_PRIORITY_CLASSES="a,team-*").
+    Empty: every class but system-* (whose pods preempt anything in the cluster)."""
+    max_termination_grace_period_seconds: int = Field(default=300, ge=1, le=86400)
+    """Longest terminationGracePeriodSeconds a pod template may set: a trainer that ignores
+    SIGTERM keeps its GPUs that long through suspends, preemptions and gang restarts."""
     progress_sync_seconds: float = Field(default=300.0, gt=0, le=3600)
     """While a job starts or runs, how often it is looked at when nothing about it changed.
     Its pods and its progress ConfigMap are watched, so a change (progress included) is
@@ -137,9 +156,33 @@ class OperatorSettings(BaseSettings):
     (kill_points.py), to check that a restart recovers from a kill in a narrow window.
     Empty (the default; the chart never sets it) turns it off."""
 
-    @field_validator("namespaces", mode="before")
+    @field_validator(
+        "namespaces", "allowed_capabilities", "allowed_priority_classes", mode="before"
+    )
     @classmethod
-    def _split_namespaces(cls, value: object) -> object:
+    def _split_list(cls, value: object) -> object:
         if isinstance(value, str):
-            return [ns.strip() for ns in value.split(",") if ns.strip()]
+            return [item.strip() for item in value.split(",") if item.strip()]
         return value
+
+    @model_validator(mode="after")
+    def _grace_within_the_limit(self) -> OperatorSettings:
+        if self.termination_grace_period_seconds > self.max_termination_grace_period_seconds:
+            raise ValueError(
+                f"termination_grace_period_seconds ({self.termination_grace_period_seconds}) "
+                "is above max_termination_grace_period_seconds "
+                f"({self.max_termination_grace_period_seconds}): the operator's own pods would "
+                "break its guard rail"
+            )
+        return self
+
+    def guard_rails(self) -> GuardRails:
+        """The guard rails every job is held to (dtjob_api.guard_rails)."""
+        return GuardRails(
+            allow_host_path=self.allow_host_path,
+            allow_host_namespaces=self.allow_host_namespaces,
+            allow_privileged=self.allow_privileged,
+            allowed_capabilities=tuple(self.allowed_capabilities),
+            allowed_priority_classes=tuple(self.allowed_priority_classes),
+            max_termination_grace_period_seconds=self.max_termination_grace_period_seconds,
+        )

@@ -29,7 +29,8 @@ from dtjob_operator.envcontract import job_roles
 from dtjob_operator.policies.pods import Pod, is_finished, is_ready, phase_of, role_of
 from dtjob_operator.policies.times import format_time
 
-PROGRESS_FIELDS = frozenset(Progress.model_fields)
+# lossShort is the operator's rendering of loss, never the trainer's.
+PROGRESS_FIELDS = frozenset(Progress.model_fields) - {"lossShort"}
 
 
 @dataclass(frozen=True)
@@ -133,7 +134,15 @@ def progress_of(reported: Mapping[str, Any] | None) -> dict[str, Any] | None:
         progress = Progress.model_validate(known)
     except ValidationError:
         return None
+    if progress.loss is not None:
+        progress = progress.model_copy(update={"lossShort": short_number(progress.loss)})
     return progress.to_api() or None
+
+
+def short_number(value: float) -> str:
+    """A number a person reads at a glance: 4 significant digits (0.3850, 12.35, 1.235e-05;
+    the trailing zeros say how many digits are shown)."""
+    return "0" if value == 0 else f"{value:#.4g}".rstrip(".")
 
 
 def compute_status(

@@ -347,7 +347,7 @@ def test_status_subresource_and_printer_columns(
         "strategy": "DataParallel",
         "phase": "Running",
         "ready": "2/2",
-        "progress": {"step": 40, "loss": 0.25},
+        "progress": {"step": 40, "loss": 0.25, "lossShort": "0.2500"},
     }
     jobs.patch_namespaced_custom_object_status(
         GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], {"status": status}
@@ -367,7 +367,7 @@ def test_status_subresource_and_printer_columns(
         "Name", "Strategy", "Phase", "Ready", "Queue", "Step", "Loss", "Reason", "Age"
     ]  # fmt: skip
     (row,) = table["rows"]
-    assert row["cells"][:7] == ["running-job", "DataParallel", "Running", "2/2", None, 40, 0.25]
+    assert row["cells"][:7] == ["running-job", "DataParallel", "Running", "2/2", None, 40, "0.2500"]
 
 
 def table_of(jobs: client.CustomObjectsApi, namespace: str, name: str) -> dict[str, Any]:

@@ -141,9 +141,18 @@ def pod_security_context() -> dict[str, Any]:
     }
 
 
-def container_security_context() -> dict[str, Any]:
-    """The container half of the 'restricted' Pod Security Standard."""
-    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+def container_security_context(user: Any = None) -> dict[str, Any]:
+    """The container half of the 'restricted' Pod Security Standard, for the fields the
+    user's container context leaves unset. A privileged container (the guard rails allowed
+    it) escalates by definition: Kubernetes refuses privileged with
+    allowPrivilegeEscalation false, so that default is left out."""
+    defaults: dict[str, Any] = {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    if isinstance(user, dict) and user.get("privileged") is True:
+        del defaults["allowPrivilegeEscalation"]
+    return _with_defaults(defaults, user)
 
 
 def _with_defaults(defaults: dict[str, Any], user: Any) -> dict[str, Any]:
@@ -188,9 +197,7 @@ def trainer_container(
     if res := resources(role_spec):
         container["resources"] = res
     if settings.pod_security_defaults:
-        container["securityContext"] = _with_defaults(
-            container_security_context(), user.get("securityContext")
-        )
+        container["securityContext"] = container_security_context(user.get("securityContext"))
     return container
 
 

@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from dtjob_operator.health import READINESS_PATH
@@ -156,6 +157,11 @@ def test_settings_come_from_values() -> None:
     assert defaults["DTJOB_TRAINER_IMAGE"] == "dtjob/trainer:0.1.0"  # the appVersion
     assert defaults["DTJOB_ALLOW_HOST_PATH"] == "false"
     assert env(render("allowHostPath=true"))["DTJOB_ALLOW_HOST_PATH"] == "true"
+    assert defaults["DTJOB_MAX_TERMINATION_GRACE_PERIOD_SECONDS"] == "300"
+    assert (
+        defaults["DTJOB_ALLOWED_CAPABILITIES"] == defaults["DTJOB_ALLOWED_PRIORITY_CLASSES"] == ""
+    )
+    assert defaults["DTJOB_ALLOW_HOST_NAMESPACES"] == defaults["DTJOB_ALLOW_PRIVILEGED"] == "false"
     assert defaults["DTJOB_NAMESPACES"] == ""  # the whole cluster
 
 
@@ -348,3 +354,25 @@ def test_notes_tell_the_next_command() -> None:
     notes = (CHART / "templates" / "NOTES.txt").read_text()
     assert "kubectl apply -f examples/cpu/data-parallel.yaml" in notes
     assert "kubectl get dtj" in notes
+
+
+def test_guard_rails_come_from_values_as_the_operator_reads_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    e = env(
+        render(
+            "allowHostNamespaces=true",
+            "allowPrivileged=true",
+            "allowedCapabilities={IPC_LOCK,SYS_RESOURCE}",
+            "allowedPriorityClasses={team-*,prod}",
+            "maxTerminationGracePeriodSeconds=900",
+        )
+    )
+    for name, value in e.items():
+        if name.startswith("DTJOB_"):
+            monkeypatch.setenv(name, value)
+    rails = OperatorSettings().guard_rails()
+    assert rails.allow_host_namespaces and rails.allow_privileged
+    assert rails.allowed_capabilities == ("IPC_LOCK", "SYS_RESOURCE")
+    assert rails.allowed_priority_classes == ("team-*", "prod")
+    assert rails.max_termination_grace_period_seconds == 900

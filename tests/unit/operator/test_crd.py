@@ -91,7 +91,7 @@ def test_printer_columns(generated: dict[str, Any]) -> None:
         "Ready": ("string", ".status.ready"),
         "Queue": ("integer", ".status.queuePosition"),
         "Step": ("integer", ".status.progress.step"),
-        "Loss": ("number", ".status.progress.loss"),
+        "Loss": ("string", ".status.progress.lossShort"),
         "Reason": ("string", ".status.reason"),
         "Age": ("date", ".metadata.creationTimestamp"),
     }
@@ -188,8 +188,10 @@ def test_template_rules_at_apply(root: dict[str, Any]) -> None:
     texts = " ".join(v["rule"] for v in validations(at(root, "spec.roles.worker.template")))
     for needle in ("restartPolicy == 'Never'", "hostname", "subdomain", "dtjob.io/"):
         assert needle in texts
-    (mount_rule,) = validations(at(root, "spec.checkpoint"))
-    assert "/dev/shm" in mount_rule["rule"] and "/etc/dtjob" in mount_rule["rule"]
+    assert "nodeName" in texts
+    plain, reserved = validations(at(root, "spec.checkpoint"))
+    assert "matches(" in plain["rule"]
+    assert "/dev/shm" in reserved["rule"] and "/etc/dtjob" in reserved["rule"]
 
 
 def test_the_crd_fits_client_side_apply(generated: dict[str, Any]) -> None:
@@ -249,7 +251,7 @@ def test_cross_field_rules_point_at_real_fields(root: dict[str, Any]) -> None:
     assert len(cross) == len(rules.RULES)
     for v in cross:
         at(spec, v["fieldPath"].lstrip("."))  # KeyError if the path does not exist
-        assert v["message"] and v["reason"] in {
+        assert (v.get("message") or v.get("messageExpression")) and v["reason"] in {
             "FieldValueInvalid",
             "FieldValueRequired",
             "FieldValueForbidden",

@@ -158,7 +158,7 @@ def test_replanning_an_applied_plan_changes_nothing() -> None:
 def test_progress_is_copied_into_status() -> None:
     reported = {"step": 50, "totalSteps": 100, "loss": 0.25, "lastCheckpointStep": 50}
     p = run(RUNNING, ready(0), ready(1), now=9, progress=reported)
-    assert p.status["progress"] == reported
+    assert p.status["progress"] == {**reported, "lossShort": "0.2500"}
     assert p.requeue_after == SETTINGS.progress_sync_seconds
 
 
@@ -337,3 +337,18 @@ def test_refused_after_admission_gives_the_admission_back() -> None:
     assert p.status["phase"] == "Failed"
     assert condition(p, "Admitted")["status"] == "False"
     assert condition(p, "Admitted")["reason"] == "InvalidSpec"
+
+
+def test_guard_rails_hold_a_job_until_it_starts_not_after() -> None:
+    # The same spec: refused while it waits to start, kept once running (an admin who
+    # tightens a rail must not fail the jobs already training); a resume is a new start.
+    host = DDP.copy().with_template("worker", spec={"hostNetwork": True})
+    p = run(host, now=1)
+    assert p.status["phase"] == "Failed" and p.create == []
+    assert "setting allowHostNamespaces" in condition(p, "Failed")["message"]
+    started = host.copy().with_full_status(RUNNING.obj()["status"])
+    p = run(started, ready(0), ready(1), now=9)
+    assert p.status["phase"] == "Running"
+    suspended = after(started.copy().with_spec(suspend=True), ready(0), ready(1), now=10)
+    resumed = suspended.copy().with_spec(suspend=False)
+    assert run(resumed, now=11).status["phase"] == "Failed"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import pytest
 from unit.operator.builders import a_job
 
 from dtjob_operator.builders import build_pod, build_rbac
@@ -158,6 +159,22 @@ def test_user_security_context_without_the_defaults() -> None:
     pod = build_pod(job.job(), "worker", 0, 0, settings)
     assert pod["spec"]["securityContext"] == {"runAsUser": 5}
     assert "securityContext" not in pod["spec"]["containers"][0]
+
+
+@pytest.mark.parametrize(
+    ("user", "expected"),
+    [({"capabilities": {"add": ["IPC_LOCK"]}},
+      {"allowPrivilegeEscalation": False, "capabilities": {"add": ["IPC_LOCK"]}}),
+     # Kubernetes refuses privileged with allowPrivilegeEscalation false: no such default.
+     ({"privileged": True}, {"privileged": True, "capabilities": {"drop": ["ALL"]}})],
+)  # fmt: skip
+def test_the_users_container_context_keeps_its_own_fields(
+    user: dict[str, Any], expected: dict[str, Any]
+) -> None:
+    template = {"spec": {"containers": [{"name": "trainer", "securityContext": user}]}}
+    job = a_job().with_workers(1).with_template("worker", **template)
+    pod = build_pod(job.job(), "worker", 0, 0, SETTINGS)
+    assert pod["spec"]["containers"][0]["securityContext"] == expected
 
 
 def test_rbac_binds_the_users_service_accounts_too() -> None:

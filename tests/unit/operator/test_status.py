@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from unit.operator.builders import a_job, a_pod, at, iso, pods
 
 from dtjob_api.status import JobPhase
@@ -13,6 +14,7 @@ from dtjob_operator.status import (
     count_replicas,
     progress_of,
     ready_column,
+    short_number,
 )
 
 PS = a_job().with_strategy("ParameterServer").with_workers(4, gpus=1).with_ps(2)
@@ -92,7 +94,13 @@ def test_new_conditions_are_appended_and_order_is_kept() -> None:
 
 def test_progress_drops_unknown_keys_and_ignores_garbage() -> None:
     reported = {"step": 10, "totalSteps": 100, "loss": 0.5, "gpuTemperature": 80}
-    assert progress_of(reported) == {"step": 10, "totalSteps": 100, "loss": 0.5}
+    # lossShort is the operator's (kubectl get's LOSS column), even if a trainer sends one.
+    assert progress_of({**reported, "lossShort": "9"}) == {
+        "step": 10,
+        "totalSteps": 100,
+        "loss": 0.5,
+        "lossShort": "0.5000",
+    }
     assert progress_of({"step": "ten"}) is None
     assert progress_of({}) is None
     assert progress_of(None) is None
@@ -146,6 +154,15 @@ def test_prior_progress_is_kept_when_nothing_new_was_reported() -> None:
     status = compute_status(
         prior, None, decision, now=at(0), observed_generation=None, progress=None
     )
-    assert status["progress"] == {"step": 40, "loss": 0.1}
+    assert status["progress"] == {"step": 40, "loss": 0.1, "lossShort": "0.1000"}
     assert "replicaStatuses" not in status or status["replicaStatuses"] == {}
     assert "ready" not in status
+
+
+@pytest.mark.parametrize(
+    ("loss", "shown"),
+    [(0.38504165410995483, "0.3850"), (12.3456, "12.35"), (2.0, "2.000"), (0.0, "0"),
+     (1.2345e-5, "1.234e-05"), (123456.7, "1.235e+05"), (float("nan"), "nan")],
+)  # fmt: skip
+def test_the_loss_column_shows_four_significant_digits(loss: float, shown: str) -> None:
+    assert short_number(loss) == shown

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from dtjob_api.guard_rails import GuardRails
 from dtjob_api.spec import DistributedTrainingJobSpec
 from dtjob_api.template_rules import CONTRACT_ENV
 from dtjob_api.validation import validate_job
@@ -36,7 +37,8 @@ def mounted(*paths: str) -> dict[str, Any]:
 
 
 def errors(spec: dict[str, Any], allow_host_path: bool = False) -> dict[str, str]:
-    return {e.field: e.message for e in validate_job(spec, allow_host_path=allow_host_path)}
+    rails = GuardRails(allow_host_path=allow_host_path)
+    return {e.field: e.message for e in validate_job(spec, rails=rails)}
 
 
 GOOD = {
@@ -173,6 +175,42 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any], str, str]] = [
         {"checkpoint": {"mountPath": "/ckpt"}},
         f"{W}.volumeMounts[0].mountPath",
         "spec.checkpoint.mountPath",
+    ),
+    # The kubelet resolves '//', '.' and '..': a crooked spelling lands on the same place.
+    (
+        "mount over /dev/shm spelled with //",
+        mounted("/dev//shm"),
+        {},
+        f"{W}.volumeMounts[0].mountPath",
+        "/dev/shm",
+    ),
+    (
+        "mount over the config dir spelled with ..",
+        mounted("/tmp/../etc/dtjob/"),
+        {},
+        f"{W}.volumeMounts[0].mountPath",
+        "/etc/dtjob",
+    ),
+    (
+        "mount at the checkpoint dir spelled with .",
+        mounted("/./ckpt"),
+        {"checkpoint": {"mountPath": "/ckpt"}},
+        f"{W}.volumeMounts[0].mountPath",
+        "spec.checkpoint.mountPath",
+    ),
+    (
+        "two mounts at one path, spelled two ways",
+        mounted("/a", "//a/"),
+        {},
+        f"{W}.volumeMounts[1].mountPath",
+        "already mounted",
+    ),
+    (
+        "nodeName",
+        {"spec": {"nodeName": "gpu-7"}},
+        {},
+        f"{W}.spec.nodeName",
+        "without the scheduler",
     ),
     (
         "two mounts at one path",
