@@ -499,7 +499,8 @@ class Reconciler:
         """The Admitted event and the admission-wait metric, once per admission."""
         # The planner's events are per transition of the job; admission is the
         # executor's news (the planner cannot tell a pass's admission from a restart).
-        self.api.emit_event(job, EVENT_NORMAL, REASON_ADMITTED, "the whole gang fits")
+        said = "Kueue admitted its Workload" if queue_of(job) else "the whole gang fits"
+        self.api.emit_event(job, EVENT_NORMAL, REASON_ADMITTED, said)
         meta = job["metadata"]
         log.info("admitted %s/%s (uid %s, restarts %s, was %s)", meta["namespace"], meta["name"],
                  meta["uid"], old.get("restarts", 0), old.get("phase"))  # fmt: skip
