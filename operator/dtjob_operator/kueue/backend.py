@@ -124,6 +124,10 @@ class KueueBackend:
                 f", ClusterQueue {said.cluster_queue}" if said.cluster_queue else ""
             )
             return self._waiting(f"Kueue ({where}): {said.waiting}"), {}
+        sets = pod_sets(job, self.settings)
+        present = {str(p.get("metadata", {}).get("name")) for p in pods}
+        if all(pod in present for s in sets for pod in s.pods):
+            return {"admitted": True}, {}  # nothing to place: no flavor to read
         flavors = {f: (self.api.get_resource_flavor(f) or {}).get("spec") or {}
                    for f in flavors_of(workload)}  # fmt: skip
         try:
@@ -131,11 +135,9 @@ class KueueBackend:
         except PlacementConflict as exc:
             return self._waiting(f"Kueue's admission cannot be applied: {exc}"), {}
         by_pod = {
-            pod: by_set[pod_set.name]
-            for pod_set in pod_sets(job, self.settings)
-            if pod_set.name in by_set
+            pod: by_set[pod_set.name] for pod_set in sets if pod_set.name in by_set
             for pod in pod_set.pods
-        }
+        }  # fmt: skip
         return {"admitted": True}, by_pod
 
     def _priority(self, job: Job) -> Priority | None:

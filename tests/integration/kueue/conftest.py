@@ -1,7 +1,6 @@
 """The real Kueue (tests/helpers/kueue.py) for this package's tests: started once for the
-package and stopped after it, since it watches every pod of the cluster and would tax the
-rest of the integration lane (a CI run that kept it for the whole session took 29 min,
-against 22 without it)."""
+package and stopped after it: it watches every pod of the cluster, and the rest of the
+integration lane should not pay for it."""
 
 from __future__ import annotations
 
