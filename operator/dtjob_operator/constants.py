@@ -159,3 +159,11 @@ DEFAULT_TRAINER_COMMAND: Final = ("python", "-m", "dtjob_trainer", "run")
 # Ordered so that rank 0 is worker-0, or stage-0 for the pipeline strategies, and parameter
 # servers take the highest ranks (docs/env-contract.md "Rank order").
 ROLE_ORDER: Final = ("worker", "stage", "ps")
+
+# Kueue (operator/kueue/): the API the Workloads are written in, and the job label that
+# puts a job in a LocalQueue.
+KUEUE_GROUP: Final = "kueue.x-k8s.io"
+KUEUE_VERSION: Final = "v1beta2"
+KUEUE_QUEUE_LABEL: Final = f"{KUEUE_GROUP}/queue-name"
+REASON_WAITING_FOR_KUEUE: Final = "WaitingForKueue"
+REASON_NO_LOCAL_QUEUE: Final = "NoLocalQueue"

@@ -20,7 +20,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from dtjob_api import GROUP, KIND, PLURAL, VERSION
-from dtjob_operator.constants import LABEL_JOB_NAME
+from dtjob_operator.constants import KUEUE_GROUP, KUEUE_VERSION, LABEL_JOB_NAME
 from dtjob_operator.ratelimit import TokenBucket
 
 log = logging.getLogger(__name__)
@@ -67,6 +67,12 @@ API_CALLS: frozenset[tuple[str, str, str]] = frozenset(
         ("coordination.k8s.io", "leases", "get"),
         ("coordination.k8s.io", "leases", "create"),
         ("coordination.k8s.io", "leases", "update"),
+        # Jobs in a Kueue LocalQueue (kueue/backend.py).
+        ("kueue.x-k8s.io", "workloads", "get"),
+        ("kueue.x-k8s.io", "workloads", "create"),
+        ("kueue.x-k8s.io", "workloads", "patch"),  # spec.active follows spec.suspend
+        ("kueue.x-k8s.io", "workloads/status", "patch"),
+        ("kueue.x-k8s.io", "resourceflavors", "get"),
     }
 )
 
@@ -364,6 +370,50 @@ class KubeApi:
         return list_pages(
             self.core.list_namespaced_config_map, self.page_size,
             namespace=namespace, label_selector=f"{LABEL_JOB_NAME}={job_name}",
+        )  # fmt: skip
+
+    # -- Kueue (kueue/backend.py) -------------------------------------------------------
+
+    def get_workload(self, namespace: str, name: str) -> Obj | None:
+        """A kueue.x-k8s.io Workload as raw JSON, or None when it does not exist."""
+        return read_or_none(
+            self.custom.get_namespaced_custom_object,
+            KUEUE_GROUP, KUEUE_VERSION, namespace, "workloads", name,
+        )  # fmt: skip
+
+    def get_resource_flavor(self, name: str) -> Obj | None:
+        """A Kueue ResourceFlavor as raw JSON, or None when it does not exist."""
+        return read_or_none(
+            self.custom.get_cluster_custom_object, KUEUE_GROUP, KUEUE_VERSION, "resourceflavors",
+            name,
+        )  # fmt: skip
+
+    def create_workload(self, body: Obj) -> bool:
+        """Create a Workload; False when it already exists."""
+        ns = body["metadata"]["namespace"]
+        try:
+            self.custom.create_namespaced_custom_object(
+                KUEUE_GROUP, KUEUE_VERSION, ns, "workloads", body
+            )
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise
+        return True
+
+    def patch_workload(self, namespace: str, name: str, patch: Obj) -> None:
+        """Merge-patch a Workload (its spec.active)."""
+        self.custom.patch_namespaced_custom_object(
+            KUEUE_GROUP, KUEUE_VERSION, namespace, "workloads", name, patch
+        )
+
+    def apply_workload_status(self, body: Obj, manager: str) -> None:
+        """Server-side apply of a Workload's status under `manager`: conditions are a map by
+        type there, so applying one condition leaves Kueue's own untouched."""
+        meta = body["metadata"]
+        self.custom.patch_namespaced_custom_object_status(
+            KUEUE_GROUP, KUEUE_VERSION, meta["namespace"], "workloads", meta["name"], body,
+            field_manager=manager, force=True, _content_type="application/apply-patch+yaml",
         )  # fmt: skip
 
     # -- writes -------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from dtjob_operator.constants import (
     REASON_PREEMPTED,
 )
 from dtjob_operator.envcontract import rank_layout
+from dtjob_operator.kueue.verdict import place
 from dtjob_operator.plan_types import Event, Observed, Plan
 from dtjob_operator.policies.checkpoint_storage import StorageVerdict, judge_checkpoint_storage
 from dtjob_operator.policies.create_errors import CONFLICT, CreateError
@@ -155,7 +156,10 @@ class PlanState:
 
     def _missing_pods(self) -> list[Manifest]:
         existing = {name_of(p) for p in self.o.pods}
-        return [m for m in self.gang_manifests() if m["metadata"]["name"] not in existing]
+        missing = [m for m in self.gang_manifests() if m["metadata"]["name"] not in existing]
+        placed = self.o.placements
+        return [place(m, placed[m["metadata"]["name"]]) if m["metadata"]["name"] in placed
+                else m for m in missing]  # fmt: skip
 
     def _lost_with_node(self) -> set[str]:
         """Pods whose node is NotReady, Unknown, gone or out of service."""

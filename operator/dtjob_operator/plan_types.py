@@ -10,6 +10,7 @@ from typing import Any
 
 from dtjob_operator.builders import Manifest
 from dtjob_operator.constants import REASON_WAITING_FOR_ADMISSION
+from dtjob_operator.kueue.verdict import Placement
 from dtjob_operator.policies.create_errors import CreateError
 
 
@@ -54,6 +55,9 @@ class Observed:
     create_error: CreateError | None = None
     """The API server refused a create of this pass's plan: the executor plans again with
     it, and the planner fails the job (permanent) or says why it waits (transient)."""
+    placements: Mapping[str, Placement] = field(default_factory=dict)
+    """pod name -> what a queue manager's admission adds to that pod (Kueue: the flavors'
+    node labels and tolerations, its labels; kueue/verdict.py), merged in when it is made."""
 
 
 @dataclass(frozen=True)

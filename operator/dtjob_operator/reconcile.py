@@ -41,6 +41,9 @@ from dtjob_operator.constants import (
 from dtjob_operator.health import Heartbeats
 from dtjob_operator.k8s import KubeApi, NotLeaderError, Obj, is_transport_error
 from dtjob_operator.kill_points import AFTER_ADMISSION_WRITTEN, KillPoints
+from dtjob_operator.kueue.backend import KueueBackend
+from dtjob_operator.kueue.verdict import Placement
+from dtjob_operator.kueue.workload import queue_of
 from dtjob_operator.metrics import OperatorMetrics
 from dtjob_operator.naming import progress_config_map_name
 from dtjob_operator.policies.nodes import GANG_UP_PHASES, confirmed_lost, lost_nodes
@@ -132,6 +135,12 @@ class Reconciler:
         # Until (and unless: settings.informers) the caches are filled, reads go live.
         self.caches = Caches(api, settings, self.queue.add, lambda: self.request_admission())
         self.admission: AdmissionController | None = None
+        # Jobs labelled with a Kueue LocalQueue are Kueue's to admit (kueue/backend.py).
+        self.kueue = (
+            KueueBackend(api, settings, lambda: self.caches.list_priority_classes())
+            if settings.admission in ("builtin", "kueue")
+            else None
+        )
         if settings.admission == "builtin":
             self.admission = AdmissionController(
                 api, settings, metrics, self.book, self.queue.add, is_leader, self.caches
@@ -291,7 +300,14 @@ class Reconciler:
         existing |= self.children.ensured(uid)
 
         admission: dict[str, Any] = {}
-        if self.admission is not None:
+        placements: dict[str, Placement] = {}
+        terminal = (job.get("status") or {}).get("phase") in TERMINAL_PHASES
+        queued_in_kueue = self.kueue is not None and (
+            self.settings.admission == "kueue" or queue_of(job) is not None
+        )
+        if self.kueue is not None and queued_in_kueue and not terminal:
+            admission, placements = self.kueue.view(job, pods)
+        elif self.admission is not None:
             view = self.book.view(job)
             admission = {
                 "admitted": view.admitted,
@@ -315,6 +331,7 @@ class Reconciler:
             now=datetime.now(UTC),
             checkpoint_claim=self.api.get_pvc(namespace, claim_name) if claim_name else None,
             pod_events=self._pod_events(job, pods),
+            placements=placements,
             **admission,
         )
         plan = lifecycle.plan(observed, self.settings)
@@ -355,6 +372,8 @@ class Reconciler:
             if plan.status.get("restarts", 0) > old_status.get("restarts", 0):
                 self.metrics.restarts.labels(namespace=namespace).inc()
         self._after_admission_step(job, written, plan.status, bool(plan.delete_pods))
+        if self.kueue is not None and queued_in_kueue:
+            self.kueue.after(job, str(plan.status.get("phase")))
         for event in plan.events:
             self.api.emit_event(job, event.type, event.reason, event.message)
         self.metrics.observe_phase(key, plan.status.get("phase"))
@@ -480,7 +499,8 @@ class Reconciler:
         """The Admitted event and the admission-wait metric, once per admission."""
         # The planner's events are per transition of the job; admission is the
         # executor's news (the planner cannot tell a pass's admission from a restart).
-        self.api.emit_event(job, EVENT_NORMAL, REASON_ADMITTED, "the whole gang fits")
+        said = "Kueue admitted its Workload" if queue_of(job) else "the whole gang fits"
+        self.api.emit_event(job, EVENT_NORMAL, REASON_ADMITTED, said)
         meta = job["metadata"]
         log.info("admitted %s/%s (uid %s, restarts %s, was %s)", meta["namespace"], meta["name"],
                  meta["uid"], old.get("restarts", 0), old.get("phase"))  # fmt: skip

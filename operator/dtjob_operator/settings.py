@@ -93,10 +93,14 @@ class OperatorSettings(BaseSettings):
     resync_seconds: float = Field(default=10.0, gt=0, le=3600)
     """How often a job that waits for something unwatched (pods to vanish) is looked at."""
 
-    admission: Literal["builtin", "external"] = "builtin"
+    admission: Literal["builtin", "kueue", "external"] = "builtin"
     """Gang admission: "builtin" admits a job only when its whole gang fits the namespace's
-    ResourceQuota and the Ready nodes (docs/admission.md); "external" leaves admission to a
-    queue manager such as Kueue, which holds jobs with spec.suspend."""
+    ResourceQuota and the Ready nodes (docs/admission.md), and leaves a job labelled
+    kueue.x-k8s.io/queue-name to Kueue (docs/kueue.md); "kueue" sends every job to Kueue;
+    "external" leaves admission to someone else, who holds jobs with spec.suspend."""
+    kueue_default_queue: str = Field(default="", pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$")
+    """admission "kueue": the LocalQueue of a job without the kueue.x-k8s.io/queue-name
+    label; empty: such a job waits, its status saying to set the label."""
     pods_ready_timeout_seconds: float = Field(default=300.0, ge=0, le=86400)
     """Built-in admission: an admitted gang not all ready this long after its first pod was
     created is released and re-queued with backoff; 0 turns it off."""

@@ -116,4 +116,12 @@ tests/unit/operator/test_chart.py fails on any difference.
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
   verbs: [get, create]
+# Jobs in a Kueue LocalQueue (docs/kueue.md): their Workloads, and the Finished condition
+# applied to a Workload's status when the job ends. Unused where Kueue is not installed.
+- apiGroups: [kueue.x-k8s.io]
+  resources: [workloads]
+  verbs: [get, create, patch]
+- apiGroups: [kueue.x-k8s.io]
+  resources: [workloads/status]
+  verbs: [patch]
 {{- end }}

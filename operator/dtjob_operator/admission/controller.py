@@ -35,6 +35,7 @@ from dtjob_operator.admission.snapshot import (
     requeue_not_before,
 )
 from dtjob_operator.k8s import KubeApi, is_transport_error, versions
+from dtjob_operator.kueue.workload import queue_of
 from dtjob_operator.metrics import OperatorMetrics
 from dtjob_operator.policies.times import parse_time
 from dtjob_operator.policies.too_deep import too_deep_path
@@ -327,6 +328,9 @@ class AdmissionController:
         namespaces = self.settings.namespaces or None
         fresh, self._fresh_jobs = self._fresh_jobs, False
         jobs = list(self.api.list_jobs(namespaces) if fresh else self.reads.list_jobs(namespaces))
+        # A job in a Kueue LocalQueue is Kueue's to admit (kueue/backend.py); its pods still
+        # count on the nodes and in the quotas like anyone's.
+        jobs = [j for j in jobs if queue_of(j) is None]
         live = {j["metadata"]["uid"] for j in jobs}
         self._gangs = {k: v for k, v in self._gangs.items() if k[0] in live}
         return {

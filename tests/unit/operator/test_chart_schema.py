@@ -55,8 +55,8 @@ def test_a_number_out_of_range_or_a_word_off_the_list_is_refused() -> None:
     assert "at '/workers': minimum: got 0, want 1" in refusal("--set", "workers=0")
     assert "at '/health/port': maximum" in refusal("--set", "health.port=70000")
     assert "at '/api/qps': exclusiveMinimum" in refusal("--set", "api.qps=0")
-    err = refusal("--set", "admission.mode=kueue")
-    assert "at '/admission/mode': value must be one of 'builtin', 'external'" in err
+    err = refusal("--set", "admission.mode=volcano")
+    assert "at '/admission/mode': value must be one of 'builtin', 'kueue', 'external'" in err
     assert "at '/logLevel'" in refusal("--set", "logLevel=VERBOSE")
     assert "at '/namespaces/0'" in refusal("--set", "namespaces={Team_A}")
     assert "at '/trainer/defaultShmPerGpu'" in refusal("--set", "trainer.defaultShmPerGpu=lots")

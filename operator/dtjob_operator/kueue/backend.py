@@ -1,0 +1,262 @@
+"""The Kueue admission backend's reads and writes (docs/design/kueue-contract.md, section 8):
+for a job labelled kueue.x-k8s.io/queue-name, what the planner's admission inputs are, from
+the job's Workload; and the Workload's own lifecycle (created while the job waits, Finished
+when the job ends).
+
+The planner does not learn which backend answered: it gets `admitted`, a message and reason
+while it waits, `preempted` when Kueue evicts a running gang, and the pods' placements.
+Built: create (priority from the pods' PriorityClass), wait with Kueue's message, admit
+with the flavors' placement, PodsReady, stop an evicted gang and, once its pods are gone,
+hand the quota back (the admission cleared, as Kueue's job integrations do), spec.suspend
+as the Workload's spec.active, Finished. Not yet (docs/kueue.md): topology, partial
+admission, WorkloadPriorityClasses, a Workload cache and watch (it is read per reconcile).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from dtjob_api.status import TERMINAL_PHASES, JobPhase
+from dtjob_operator.builders import Job
+from dtjob_operator.constants import REASON_NO_LOCAL_QUEUE, REASON_WAITING_FOR_KUEUE
+from dtjob_operator.k8s import KubeApi
+from dtjob_operator.kueue.verdict import (
+    Placement,
+    PlacementConflict,
+    condition,
+    flavors_of,
+    placements,
+    verdict,
+)
+from dtjob_operator.kueue.workload import (
+    QUEUE_LABEL,
+    Priority,
+    build_workload,
+    pod_sets,
+    queue_of,
+    workload_name,
+)
+from dtjob_operator.settings import OperatorSettings
+
+log = logging.getLogger(__name__)
+Obj = dict[str, Any]
+# Field manager of the Finished condition: Kueue reads the condition whoever wrote it, and a
+# manager of our own leaves the conditions Kueue applies under its managers alone.
+FINISHED_MANAGER = "dtjob-operator-finished"
+# Clearing an admission must remove `status.admission`, which Kueue applies under this
+# manager: only an apply under the same manager that leaves it out removes it. The apply
+# then carries every other field that manager owns as it is (Kueue's PrepareWorkloadPatch).
+ADMISSION_MANAGER = "kueue-admission"
+# Kueue's job integrations apply PodsReady under this manager; the same keeps one owner.
+PODS_READY_MANAGER = "kueue-job-controller-PodsReady"
+_ADMISSION_CONDITIONS = ("QuotaReserved", "Evicted", "Admitted", "Preempted", "Requeued",
+                         "DeactivationTarget", "Finished")  # fmt: skip
+_ADMISSION_FIELDS = ("requeueState", "resourceRequests", "accumulatedPastExecutionTimeSeconds",
+                     "schedulingStats", "clusterName", "nominatedClusterNames",
+                     "unhealthyNodes", "admissionChecks")  # fmt: skip
+# Evictions after which Kueue's integrations mark the Workload Requeued=True at once.
+_REQUEUED_AT_ONCE = ("Preempted", "NodeFailures")
+
+
+class KueueBackend:
+    """What Kueue says about a job, and the Workload kept in step with the job."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        settings: OperatorSettings,
+        priority_classes: Callable[[], Sequence[Mapping[str, Any]]],
+    ) -> None:
+        self.api = api
+        self.settings = settings
+        self.priority_classes = priority_classes
+        # The Workload each job's view() read, for after() in the same pass (a job is in one
+        # worker at a time; no second read).
+        self._read: dict[str, Obj | None] = {}
+
+    def view(
+        self, job_obj: Obj, pods: Sequence[Mapping[str, Any]]
+    ) -> tuple[dict[str, Any], dict[str, Placement]]:
+        """(the planner's admission inputs, pod name -> placement) for a labelled job."""
+        job = Job.from_object(job_obj)
+        queue = queue_of(job_obj) or self.settings.kueue_default_queue
+        if not queue:
+            return {
+                "admitted": False,
+                "admission_reason": REASON_NO_LOCAL_QUEUE,
+                "admission_message": (
+                    f"this cluster admits jobs through Kueue (setting admission: kueue) and "
+                    f"the job names no LocalQueue: label it {QUEUE_LABEL}=<a LocalQueue of "
+                    f"namespace {job.namespace}> (kubectl label dtj {job.name} "
+                    f"{QUEUE_LABEL}=<queue>), or ask the admin for a default (kueueDefaultQueue)"
+                ),
+            }, {}
+        name = workload_name(job)
+        workload = self.api.get_workload(job.namespace, name)
+        self._read[job.uid] = workload
+        if workload is None:
+            body = build_workload(job, queue, self.settings, self._priority(job))
+            created = self.api.create_workload(body)
+            if created:
+                log.info("created Workload %s/%s in LocalQueue %s", job.namespace, name, queue)
+            return self._waiting(f"Workload {name} submitted to LocalQueue {queue}"), {}
+        active = (workload.get("spec") or {}).get("active", True) is not False
+        if active == job.spec.suspend:
+            # spec.suspend deactivates the Workload: Kueue evicts it and the quota goes back
+            # once the pods are gone; resuming activates it, and it queues again.
+            self.api.patch_workload(job.namespace, name, {"spec": {"active": not active}})
+            log.info("Workload %s/%s %s", job.namespace, name,
+                     "deactivated" if active else "activated")  # fmt: skip
+        said = verdict(workload)
+        if said.evicted is not None:
+            reason, message = said.evicted
+            if pods:  # the planner stops the gang (SIGTERM: a checkpoint is written)
+                return {"admitted": False,
+                        "preempted": f"Kueue evicted it ({reason}): {message}"}, {}  # fmt: skip
+            if (condition(workload, "QuotaReserved") or {}).get("status") == "True":
+                self._release(workload, reason, message)
+            return self._waiting(f"Kueue evicted it ({reason}): {message}; queued again"), {}
+        if not said.admitted:
+            where = f"LocalQueue {queue}" + (
+                f", ClusterQueue {said.cluster_queue}" if said.cluster_queue else ""
+            )
+            return self._waiting(f"Kueue ({where}): {said.waiting}"), {}
+        sets = pod_sets(job, self.settings)
+        present = {str(p.get("metadata", {}).get("name")) for p in pods}
+        if all(pod in present for s in sets for pod in s.pods):
+            return {"admitted": True}, {}  # nothing to place: no flavor to read
+        flavors = {f: (self.api.get_resource_flavor(f) or {}).get("spec") or {}
+                   for f in flavors_of(workload)}  # fmt: skip
+        try:
+            by_set = placements(workload, flavors)
+        except PlacementConflict as exc:
+            return self._waiting(f"Kueue's admission cannot be applied: {exc}"), {}
+        by_pod = {
+            pod: by_set[pod_set.name] for pod_set in sets if pod_set.name in by_set
+            for pod in pod_set.pods
+        }  # fmt: skip
+        return {"admitted": True}, by_pod
+
+    def _priority(self, job: Job) -> Priority | None:
+        """The pods' PriorityClass and its value (Kueue's webhook would fill it in)."""
+        name = job.spec.priorityClassName
+        if not name:
+            return None
+        for pc in self.priority_classes():
+            if pc.get("metadata", {}).get("name") == name:
+                return Priority("PriorityClass", name, int(pc.get("value") or 0))
+        return None
+
+    def _release(self, workload: Obj, reason: str, message: str) -> None:
+        """The evicted gang is gone: clear the admission so that Kueue queues the Workload
+        again (what Kueue's job integrations do once the job is stopped)."""
+        status = workload.get("status") or {}
+        now = workload["metadata"].get("creationTimestamp")
+        kept = {c["type"]: c for c in status.get("conditions") or []
+                if c.get("type") in _ADMISSION_CONDITIONS}  # fmt: skip
+        for type_, state, why in (
+            ("QuotaReserved", "False", "Pending"),
+            ("Admitted", "False", "NoReservation"),
+            ("Requeued", "True" if reason in _REQUEUED_AT_ONCE else "False", reason),
+        ):
+            old = kept.get(type_) or {}
+            changed = old.get("status") != state
+            kept[type_] = {
+                "type": type_, "status": state, "reason": why or "Evicted", "message": message,
+                "lastTransitionTime": _now() if changed else old.get("lastTransitionTime", now),
+            }  # fmt: skip
+        body: Obj = {
+            "apiVersion": workload["apiVersion"],
+            "kind": "Workload",
+            "metadata": {"name": workload["metadata"]["name"],
+                         "namespace": workload["metadata"]["namespace"]},
+            "status": {"conditions": list(kept.values()),
+                       **{k: status[k] for k in _ADMISSION_FIELDS if k in status}},
+        }  # fmt: skip
+        self.api.apply_workload_status(body, ADMISSION_MANAGER)
+        meta = workload["metadata"]
+        log.info("released the admission of Workload %s/%s after its eviction (%s)",
+                 meta["namespace"], meta["name"], reason)  # fmt: skip
+
+    @staticmethod
+    def _waiting(message: str) -> dict[str, Any]:
+        return {
+            "admitted": False,
+            "admission_message": message,
+            "admission_reason": REASON_WAITING_FOR_KUEUE,
+        }
+
+    def after(self, job_obj: Obj, phase: str) -> None:
+        """After the pass: the Workload's PodsReady and Finished follow the job's phase."""
+        uid = job_obj["metadata"]["uid"]
+        if phase in TERMINAL_PHASES:
+            self._read.pop(uid, None)
+            self.finished(job_obj, phase)
+            return
+        workload = self._read.pop(uid, None)
+        if workload is not None:
+            self._pods_ready(workload, phase)
+
+    def _pods_ready(self, workload: Obj, phase: str) -> None:
+        """PodsReady as Kueue's job integrations report it: with waitForPodsReady on, a
+        Workload that never says so is evicted after its timeout."""
+        prior = condition(workload, "PodsReady") or {}
+        if not verdict(workload).admitted:
+            state, reason = "False", "WaitForStart"
+        elif phase == JobPhase.RUNNING:
+            was = prior.get("reason")
+            state, reason = (
+                "True",
+                "Recovered" if was in ("WaitForRecovery", "Recovered") else "Started",
+            )
+        elif prior.get("status") == "True":
+            state, reason = "False", "WaitForRecovery"
+        else:
+            state, reason = "False", "WaitForStart"
+        if (prior.get("status"), prior.get("reason")) == (state, reason):
+            return
+        message = {
+            "Started": "all pods of the gang are ready",
+            "Recovered": "all pods of the restarted gang are ready",
+            "WaitForStart": "not all pods of the gang are ready yet",
+            "WaitForRecovery": "the gang restarts: not all pods are ready",
+        }[reason]
+        body = {
+            "apiVersion": workload["apiVersion"],
+            "kind": "Workload",
+            "metadata": {"name": workload["metadata"]["name"],
+                         "namespace": workload["metadata"]["namespace"]},
+            "status": {"conditions": [{"type": "PodsReady", "status": state, "reason": reason,
+                                       "message": message, "lastTransitionTime": _now()}]},
+        }  # fmt: skip
+        self.api.apply_workload_status(body, PODS_READY_MANAGER)
+
+    def finished(self, job_obj: Obj, phase: str) -> None:
+        """The job ended: mark its Workload Finished, so that Kueue gives its quota back."""
+        job = Job.from_object(job_obj)
+        name = workload_name(job)
+        workload = self.api.get_workload(job.namespace, name)
+        if workload is None or (condition(workload, "Finished") or {}).get("status") == "True":
+            return
+        succeeded = phase == JobPhase.SUCCEEDED
+        body = {
+            "apiVersion": workload["apiVersion"],
+            "kind": "Workload",
+            "metadata": {"name": name, "namespace": job.namespace},
+            "status": {"conditions": [{
+                "type": "Finished", "status": "True",
+                "reason": "Succeeded" if succeeded else "Failed",
+                "message": f"the DistributedTrainingJob {phase.lower()}",
+                "lastTransitionTime": job_obj.get("status", {}).get("completionTime")
+                or workload["metadata"]["creationTimestamp"],
+            }]},
+        }  # fmt: skip
+        self.api.apply_workload_status(body, FINISHED_MANAGER)
+        log.info("Workload %s/%s Finished (%s)", job.namespace, name, phase)
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

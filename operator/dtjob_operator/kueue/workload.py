@@ -1,0 +1,147 @@
+"""The Workload that stands for a job in Kueue (pure; docs/design/kueue-contract.md).
+
+One podSet per group of identical pods, in rank order: the workers, the parameter servers,
+the pipeline stages (one podSet per stage group of a heterogeneous pipeline, whose pods ask
+for different resources). Each podSet's template is cut from the very pods the builders
+make, so Kueue counts exactly the requests the gang will carry, extended resources and
+init containers included, and matches flavors against the same nodeSelector, affinity and
+tolerations. What varies with the gang generation or the rank (env, labels, names) is left
+out: the Workload must stay the same across gang restarts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from dtjob_api import GROUP, KIND, VERSION
+from dtjob_operator.builders.children import build_pods
+from dtjob_operator.builders.job import Job
+from dtjob_operator.constants import KUEUE_GROUP, KUEUE_QUEUE_LABEL, KUEUE_VERSION, LABEL_ROLE
+from dtjob_operator.settings import OperatorSettings
+
+QUEUE_LABEL = KUEUE_QUEUE_LABEL
+PRIORITY_LABEL = f"{KUEUE_GROUP}/priority-class"
+JOB_UID_LABEL = f"{KUEUE_GROUP}/job-uid"
+FINALIZER = f"{KUEUE_GROUP}/resource-in-use"
+# Kueue takes at most 8 podSets: the most a job makes is 8, a stage group each (the API
+# bounds roles.stage.groups to 8; a unit test keeps the two in step).
+MAX_POD_SETS = 8
+# Pod spec fields Kueue reads to count a pod and match it to flavors and nodes.
+_SCHEDULING_FIELDS = (
+    "nodeSelector", "affinity", "tolerations", "priorityClassName", "runtimeClassName",
+    "overhead", "topologySpreadConstraints",
+)  # fmt: skip
+_CONTAINER_FIELDS = ("name", "resources", "restartPolicy")
+
+
+@dataclass(frozen=True)
+class PodSet:
+    """Pods of one role and one shape, in rank order."""
+
+    name: str
+    role: str
+    template: dict[str, Any]
+    pods: tuple[str, ...]
+
+    @property
+    def count(self) -> int:
+        return len(self.pods)
+
+
+@dataclass(frozen=True)
+class Priority:
+    """What the Workload's priority comes from: a WorkloadPriorityClass (the job's
+    kueue.x-k8s.io/priority-class label) or the pods' PriorityClass, with its value (without
+    Kueue's webhook, the operator fills in what it would default)."""
+
+    kind: str
+    name: str
+    value: int
+
+    def ref(self) -> dict[str, str]:
+        group = KUEUE_GROUP if self.kind == "WorkloadPriorityClass" else "scheduling.k8s.io"
+        return {"group": group, "kind": self.kind, "name": self.name}
+
+
+def queue_of(job: Mapping[str, Any]) -> str | None:
+    """The LocalQueue a job asks for (its kueue.x-k8s.io/queue-name label), if any."""
+    value = (job.get("metadata", {}).get("labels") or {}).get(QUEUE_LABEL)
+    return str(value) if value else None
+
+
+def workload_name(job: Job) -> str:
+    """Kueue's own derivation (jobframework GetWorkloadNameForOwnerWithGVK): lowercased kind,
+    the job's name cut to fit, and 5 hex digits of a hash of kind, group, name and uid, so
+    a re-created job of the same name gets a Workload of its own."""
+    digest = hashlib.sha1(f"{KIND}\n{GROUP}\n{job.name}\n{job.uid}".encode()).hexdigest()
+    return f"{KIND.lower()}-{job.name}"[:247] + "-" + digest[:5]
+
+
+def _template(pod: dict[str, Any]) -> dict[str, Any]:
+    spec = pod["spec"]
+    kept: dict[str, Any] = {k: spec[k] for k in _SCHEDULING_FIELDS if k in spec}
+    for kind in ("initContainers", "containers"):
+        if spec.get(kind):
+            kept[kind] = [{k: c[k] for k in _CONTAINER_FIELDS if k in c} for c in spec[kind]]
+    kept["restartPolicy"] = "Never"
+    return {"spec": kept}
+
+
+def pod_sets(job: Job, settings: OperatorSettings) -> list[PodSet]:
+    """The gang as podSets: consecutive pods of one role and one template form one."""
+    out: list[PodSet] = []
+    for pod in build_pods(job, 0, settings):
+        role, name = pod["metadata"]["labels"][LABEL_ROLE], pod["metadata"]["name"]
+        template = _template(pod)
+        last = out[-1] if out else None
+        if last is not None and last.role == role and last.template == template:
+            out[-1] = PodSet(last.name, role, template, (*last.pods, name))
+            continue
+        earlier = sum(1 for p in out if p.role == role)
+        out.append(PodSet(role if earlier == 0 else f"{role}-{earlier}", role, template, (name,)))
+    return out
+
+
+def build_workload(
+    job: Job, queue: str, settings: OperatorSettings, priority: Priority | None = None
+) -> dict[str, Any]:
+    """The Workload for `job` in LocalQueue `queue`, owned by the job (deleting the job
+    deletes it) and kept until the operator lets go of it (the finalizer)."""
+    metadata: dict[str, Any] = {
+        "name": workload_name(job),
+        "namespace": job.namespace,
+        "labels": {JOB_UID_LABEL: job.uid},
+        "finalizers": [FINALIZER],
+        "ownerReferences": [
+            {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "name": job.name,
+             "uid": job.uid, "controller": True, "blockOwnerDeletion": True}
+        ],
+    }  # fmt: skip
+    spec: dict[str, Any] = {
+        "queueName": queue,
+        "podSets": [
+            {"name": p.name, "count": p.count, "template": p.template}
+            for p in pod_sets(job, settings)
+        ],
+    }
+    if priority is not None:
+        spec |= {"priorityClassRef": priority.ref(), "priority": priority.value}
+    return {
+        "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
+        "kind": "Workload",
+        "metadata": metadata,
+        "spec": spec,
+    }
+
+
+def same_pod_sets(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Two Workloads ask for the same gang (the job's spec is immutable, but an operator
+    upgrade may change what the builders make: then the Workload is replaced)."""
+    return bool(
+        json.dumps(a["spec"]["podSets"], sort_keys=True)
+        == json.dumps(b["spec"]["podSets"], sort_keys=True)
+    )
