@@ -7,7 +7,7 @@
 # DTJOB_E2E=0 leaves the e2e tier out (a quick local loop). The binaries are built before
 # the lanes, so a cold build is neither raced by two lanes nor charged to a test's timeout.
 TEST_BINARIES = etcd kube-apiserver kube-controller-manager kube-scheduler kwok kubectl helm \
-  prometheus promtool
+  prometheus promtool kueue
 PYTEST_ARGS ?=
 PYTEST_PATHS ?= tests
 # Where the timing of a `make test` goes: phases.tsv (hack/timed.sh) and one junit XML per

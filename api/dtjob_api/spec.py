@@ -20,6 +20,7 @@ from pydantic import (
 from dtjob_api.base import ApiModel
 from dtjob_api.contract import CONFIG_MOUNT_DIR, SHM_MOUNT_PATH
 from dtjob_api.paths import cel_not_reserved, cel_plain
+from dtjob_api.placement import PlacementSpec
 from dtjob_api.resource_names import (
     DEFAULT_GPU_RESOURCE,
     EXTENDED_NAME_MESSAGE,
@@ -482,3 +483,5 @@ class DistributedTrainingJobSpec(ApiModel):
     """batch/v1 Job convention: true removes the pods and keeps the job; false resumes it."""
     priorityClassName: str | None = Field(default=None, max_length=253)
     """PriorityClass of the job's pods and of the job in the admission queue."""
+    placement: PlacementSpec | None = None
+    """Topology placement of the gang."""

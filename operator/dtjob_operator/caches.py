@@ -34,7 +34,7 @@ from functools import partial
 from typing import Any
 
 from dtjob_api import GROUP, PLURAL, VERSION
-from dtjob_operator.constants import LABEL_JOB_NAME
+from dtjob_operator.constants import KUEUE_GROUP, KUEUE_VERSION, LABEL_JOB_NAME
 from dtjob_operator.informer import Informer
 from dtjob_operator.k8s import KubeApi, Obj, versions
 from dtjob_operator.settings import OperatorSettings
@@ -45,6 +45,7 @@ from dtjob_operator.trims import (
     trim_node,
     trim_owned,
     trim_pod_for_capacity,
+    trim_to_metadata,
 )
 
 __all__ = ["CACHE_CALLS", "Caches", "trim_job_pod", "trim_node", "trim_pod_for_capacity"]
@@ -63,7 +64,8 @@ WATCH_SECONDS = 300
 CACHE_CALLS: frozenset[tuple[str, str, str]] = frozenset(
     (group, resource, verb)
     for group, resource in ((GROUP, PLURAL), ("", "pods"), ("", "configmaps"), ("", "nodes"),
-                            ("", "resourcequotas"), ("scheduling.k8s.io", "priorityclasses"))
+                            ("", "resourcequotas"), ("scheduling.k8s.io", "priorityclasses"),
+                            (KUEUE_GROUP, "workloads"))
     for verb in ("list", "watch")
 )  # fmt: skip
 
@@ -92,6 +94,7 @@ class Caches:
         self.nodes: Informer | None = None
         self.quotas: Informer | None = None
         self.priority_classes: Informer | None = None
+        self.workloads: list[Informer] = []
         self._unsettled: set[str] = set()
         self._written_jobs: dict[JobKey, str | None] = {}
         self._current_uids: dict[JobKey, str | None] = {}
@@ -188,6 +191,24 @@ class Caches:
         self.priority_classes = Informer(
             "priorityclasses", self.api.scheduling.list_priority_class, **common
         )
+        # Kueue's Workloads of our jobs (labelled with the job's name): Kueue's admission or
+        # eviction wakes the job at once instead of at its next resync. The reconcile still
+        # reads the Workload from the API server (kueue/backend.py): this is only the bell.
+        # Without Kueue installed there is nothing to watch (an informer would retry a 404
+        # forever); Kueue installed later is noticed at the operator's next start.
+        if settings.admission != "external" and self.api.serves_workloads(
+            namespaces[0] if namespaces else None
+        ):
+            wl_call = (
+                partial(self.api.custom.list_namespaced_custom_object, KUEUE_GROUP,
+                        KUEUE_VERSION, plural="workloads") if namespaces
+                else partial(self.api.custom.list_cluster_custom_object, KUEUE_GROUP,
+                             KUEUE_VERSION, "workloads")
+            )  # fmt: skip
+            self.workloads = [
+                Informer("kueue-workloads", wl_call, trim=trim_to_metadata, **owned, **s)
+                for s in scopes
+            ]
 
     @property
     def jobs_pods_hold_capacity(self) -> bool:
@@ -199,7 +220,7 @@ class Caches:
     @property
     def informers(self) -> list[Informer]:
         one = (self.unfinished_pods, self.nodes, self.quotas, self.priority_classes)
-        return [*self.jobs, *self.job_pods, *self.job_config_maps,
+        return [*self.jobs, *self.job_pods, *self.job_config_maps, *self.workloads,
                 *(i for i in one if i is not None)]  # fmt: skip
 
     def start(self) -> None:

@@ -73,6 +73,9 @@ LABEL_ROLE_INDEX: Final = f"{DOMAIN}/role-index"
 # The gang generation: equal to status.restarts when the pod was created. Pods of an older
 # generation are leftovers of a gang that is being torn down.
 LABEL_GENERATION: Final = f"{DOMAIN}/generation"
+# A pod's index within its Kueue podSet (0..count-1): Kueue's TAS ungater places pods in
+# topology order by it (the Workload's podIndexLabel), so consecutive ranks share a domain.
+LABEL_POD_SET_INDEX: Final = f"{DOMAIN}/pod-set-index"
 MANAGED_BY: Final = "dtjob-operator"
 
 # --- annotations (informational: for people reading `kubectl describe pod`) ----------------

@@ -73,6 +73,7 @@ API_CALLS: frozenset[tuple[str, str, str]] = frozenset(
         ("kueue.x-k8s.io", "workloads", "patch"),  # spec.active follows spec.suspend
         ("kueue.x-k8s.io", "workloads/status", "patch"),
         ("kueue.x-k8s.io", "resourceflavors", "get"),
+        ("kueue.x-k8s.io", "workloadpriorityclasses", "get"),
     }
 )
 
@@ -381,11 +382,33 @@ class KubeApi:
             KUEUE_GROUP, KUEUE_VERSION, namespace, "workloads", name,
         )  # fmt: skip
 
+    def serves_workloads(self, namespace: str | None) -> bool:
+        """Whether Kueue's Workload API is installed (and readable): one list of at most
+        one item, in `namespace` or cluster-wide."""
+        args = (KUEUE_GROUP, KUEUE_VERSION)
+        try:
+            if namespace:
+                self.custom.list_namespaced_custom_object(*args, namespace, "workloads", limit=1)
+            else:
+                self.custom.list_cluster_custom_object(*args, "workloads", limit=1)
+        except ApiException as exc:
+            if exc.status in (403, 404):
+                return False
+            raise
+        return True
+
     def get_resource_flavor(self, name: str) -> Obj | None:
         """A Kueue ResourceFlavor as raw JSON, or None when it does not exist."""
         return read_or_none(
             self.custom.get_cluster_custom_object, KUEUE_GROUP, KUEUE_VERSION, "resourceflavors",
             name,
+        )  # fmt: skip
+
+    def get_workload_priority_class(self, name: str) -> Obj | None:
+        """A Kueue WorkloadPriorityClass as raw JSON, or None when it does not exist."""
+        return read_or_none(
+            self.custom.get_cluster_custom_object, KUEUE_GROUP, KUEUE_VERSION,
+            "workloadpriorityclasses", name,
         )  # fmt: skip
 
     def create_workload(self, body: Obj) -> bool:

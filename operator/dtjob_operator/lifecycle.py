@@ -113,6 +113,15 @@ MAX_ERRORS_IN_MESSAGE = 5
 CREATE_WAITS = frozenset({REASON_CREATE_FAILED, REASON_CHILD_CONFLICT})
 
 
+# Until the built-in admission packs by topology (issue 28), a job that asks for it must
+# not start spread out as if it had not: it fails, saying where it would be honoured.
+TOPOLOGY_NEEDS_KUEUE = (
+    "spec.placement.topology: this operator places gangs by topology only through Kueue's "
+    "Topology Aware Scheduling; label the job kueue.x-k8s.io/queue-name=<a LocalQueue whose "
+    "ClusterQueue has a topology flavor> (docs/kueue.md), or remove spec.placement"
+)
+
+
 def plan(observed: Observed, settings: OperatorSettings) -> Plan:
     """The next step for one job (see the module docstring for the order of decisions)."""
     return _Planner(observed, settings).run()
@@ -145,6 +154,8 @@ class _Planner(PlanState):
         job = Job.from_object(self.o.job)
         self.job, self.spec = job, job.spec
         self.gang = gang_of(self.o.pods, self.restarts)
+        if self.spec.placement and self.spec.placement.topology and not self.o.kueue:
+            return self._fail(REASON_INVALID_SPEC, TOPOLOGY_NEEDS_KUEUE)
         self.storage = self._checkpoint_storage()
         if self.storage.invalid:
             return self._fail(REASON_INVALID_SPEC, self.storage.message)
@@ -366,7 +377,13 @@ class _Planner(PlanState):
             self.queue_position = self.o.queue_position
             self.requeue.append(self.settings.resync_seconds)
             return self._render()
-        self._condition(CONDITION_ADMITTED, True, REASON_ADMITTED, "the whole gang may start")
+        message = self.o.admitted_message or "the whole gang may start"
+        self._condition(CONDITION_ADMITTED, True, REASON_ADMITTED, message)
+        if (
+            self.o.admitted_message
+            and self._prior_condition(CONDITION_ADMITTED).get("message") != message
+        ):
+            self._event(EVENT_NORMAL, REASON_ADMITTED, message)
         not_before = restart_not_before(self.last_restart_time, self.restarts, policy)
         waiting = (
             seconds_until(not_before, self.now) if not_before and self.now < not_before else 0.0

@@ -35,6 +35,11 @@ class Observed:
     """Why the job is not admitted yet (shown in the Admitted condition)."""
     admission_reason: str = REASON_WAITING_FOR_ADMISSION
     """Reason of the Admitted=False condition while the job waits."""
+    admitted_message: str = ""
+    """Who admitted the gang and where, when a queue manager did (Kueue: the ClusterQueue
+    and the flavors); said in the Admitted=True condition and, once, in an Event."""
+    kueue: bool = False
+    """Kueue admits the job (its queue label, or the operator's admission mode "kueue")."""
     queue_position: int | None = None
     """The job's position in its namespace's admission queue while it waits."""
     preempted: str | None = None

@@ -307,6 +307,7 @@ class Reconciler:
         )
         if self.kueue is not None and queued_in_kueue and not terminal:
             admission, placements = self.kueue.view(job, pods)
+            admission["kueue"] = True
         elif self.admission is not None:
             view = self.book.view(job)
             admission = {

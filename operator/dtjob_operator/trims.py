@@ -84,6 +84,14 @@ def trim_owned(obj: Obj) -> Obj:
     return obj
 
 
+def trim_to_metadata(obj: Obj) -> Obj:
+    """An object watched only for its changes (Kueue's Workloads): its name, labels and
+    resourceVersion, nothing of its spec or status."""
+    meta = obj.get("metadata") or {}
+    kept = ("name", "namespace", "uid", "resourceVersion", "labels")
+    return {"metadata": {k: meta[k] for k in kept if k in meta}}
+
+
 def is_history_config_map(obj: Obj) -> bool:
     """A job's loss-history ConfigMap (named after the job its label names)."""
     meta = obj.get("metadata") or {}

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import subprocess
 import urllib.request
 from pathlib import Path
@@ -95,7 +96,14 @@ def config(workdir: Path, *, wait_for_pods_ready: dict[str, Any] | None = None) 
     certs = workdir / "webhook-certs"
     _self_signed(certs)
     if not (METRICS_CERTS / "tls.crt").exists():
-        _self_signed(METRICS_CERTS)
+        # Written aside and renamed into place: the integration and e2e lanes may both
+        # start a Kueue, and neither may read the other's half-written pair.
+        aside = METRICS_CERTS.with_name(f"certs.{os.getpid()}")
+        _self_signed(aside)
+        try:
+            aside.rename(METRICS_CERTS)
+        except OSError:  # the other lane's pair is in place
+            shutil.rmtree(aside, ignore_errors=True)
     cfg: dict[str, Any] = {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",

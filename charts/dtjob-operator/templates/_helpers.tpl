@@ -116,11 +116,12 @@ tests/unit/operator/test_chart.py fails on any difference.
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
   verbs: [get, create]
-# Jobs in a Kueue LocalQueue (docs/kueue.md): their Workloads, and the Finished condition
-# applied to a Workload's status when the job ends. Unused where Kueue is not installed.
+# Jobs in a Kueue LocalQueue (docs/kueue.md): their Workloads (watched, so that Kueue's
+# admission wakes the job), and the conditions applied to a Workload's status (PodsReady,
+# Finished, an evicted gang's release). Unused where Kueue is not installed.
 - apiGroups: [kueue.x-k8s.io]
   resources: [workloads]
-  verbs: [get, create, patch]
+  verbs: [get, list, watch, create, patch]
 - apiGroups: [kueue.x-k8s.io]
   resources: [workloads/status]
   verbs: [patch]

@@ -8,8 +8,9 @@ while it waits, `preempted` when Kueue evicts a running gang, and the pods' plac
 Built: create (priority from the pods' PriorityClass), wait with Kueue's message, admit
 with the flavors' placement, PodsReady, stop an evicted gang and, once its pods are gone,
 hand the quota back (the admission cleared, as Kueue's job integrations do), spec.suspend
-as the Workload's spec.active, Finished. Not yet (docs/kueue.md): topology, partial
-admission, WorkloadPriorityClasses, a Workload cache and watch (it is read per reconcile).
+as the Workload's spec.active, Finished, priority from a WorkloadPriorityClass, topology
+(gated pods that Kueue's ungater places in rank order). Not yet (docs/kueue.md): partial
+admission, a Workload cache and watch (it is read per reconcile).
 """
 
 from __future__ import annotations
@@ -21,17 +22,24 @@ from typing import Any
 
 from dtjob_api.status import TERMINAL_PHASES, JobPhase
 from dtjob_operator.builders import Job
-from dtjob_operator.constants import REASON_NO_LOCAL_QUEUE, REASON_WAITING_FOR_KUEUE
+from dtjob_operator.constants import (
+    LABEL_POD_SET_INDEX,
+    REASON_NO_LOCAL_QUEUE,
+    REASON_WAITING_FOR_KUEUE,
+)
 from dtjob_operator.k8s import KubeApi
 from dtjob_operator.kueue.verdict import (
     Placement,
     PlacementConflict,
+    admitted_message,
     condition,
     flavors_of,
+    indexed,
     placements,
     verdict,
 )
 from dtjob_operator.kueue.workload import (
+    PRIORITY_LABEL,
     QUEUE_LABEL,
     Priority,
     build_workload,
@@ -98,7 +106,10 @@ class KueueBackend:
         workload = self.api.get_workload(job.namespace, name)
         self._read[job.uid] = workload
         if workload is None:
-            body = build_workload(job, queue, self.settings, self._priority(job))
+            priority = self._priority(job_obj, job)
+            if isinstance(priority, str):
+                return self._waiting(priority), {}
+            body = build_workload(job, queue, self.settings, priority)
             created = self.api.create_workload(body)
             if created:
                 log.info("created Workload %s/%s in LocalQueue %s", job.namespace, name, queue)
@@ -126,8 +137,9 @@ class KueueBackend:
             return self._waiting(f"Kueue ({where}): {said.waiting}"), {}
         sets = pod_sets(job, self.settings)
         present = {str(p.get("metadata", {}).get("name")) for p in pods}
+        admitted = {"admitted": True, "admitted_message": admitted_message(workload)}
         if all(pod in present for s in sets for pod in s.pods):
-            return {"admitted": True}, {}  # nothing to place: no flavor to read
+            return admitted, {}  # nothing to place: no flavor to read
         flavors = {f: (self.api.get_resource_flavor(f) or {}).get("spec") or {}
                    for f in flavors_of(workload)}  # fmt: skip
         try:
@@ -135,19 +147,35 @@ class KueueBackend:
         except PlacementConflict as exc:
             return self._waiting(f"Kueue's admission cannot be applied: {exc}"), {}
         by_pod = {
-            pod: by_set[pod_set.name] for pod_set in sets if pod_set.name in by_set
-            for pod in pod_set.pods
+            pod: indexed(by_set[pod_set.name], LABEL_POD_SET_INDEX, index)
+            for pod_set in sets if pod_set.name in by_set
+            for index, pod in enumerate(pod_set.pods)
         }  # fmt: skip
-        return {"admitted": True}, by_pod
+        return admitted, by_pod
 
-    def _priority(self, job: Job) -> Priority | None:
-        """The pods' PriorityClass and its value (Kueue's webhook would fill it in)."""
+    def _priority(self, job_obj: Obj, job: Job) -> Priority | str | None:
+        """The Workload's priority as Kueue's integrations derive it (jobframework
+        ExtractPriority; its webhook is not there to fill it in): the WorkloadPriorityClass
+        the job's label names, else the pods' PriorityClass, else the cluster's global
+        default PriorityClass. A class that does not exist is the message the job waits with.
+        """
+        labels = job_obj.get("metadata", {}).get("labels") or {}
+        if wpc := labels.get(PRIORITY_LABEL):
+            found = self.api.get_workload_priority_class(str(wpc))
+            if found is None:
+                return (
+                    f"the job's label {PRIORITY_LABEL} names WorkloadPriorityClass {wpc}, "
+                    f"which does not exist: create it or change the label"
+                )
+            return Priority("WorkloadPriorityClass", str(wpc), int(found.get("value") or 0))
         name = job.spec.priorityClassName
-        if not name:
-            return None
-        for pc in self.priority_classes():
-            if pc.get("metadata", {}).get("name") == name:
-                return Priority("PriorityClass", name, int(pc.get("value") or 0))
+        classes = self.priority_classes()
+        for pc in classes:
+            meta = pc.get("metadata", {})
+            if (meta.get("name") == name) if name else pc.get("globalDefault"):
+                return Priority("PriorityClass", str(meta.get("name")), int(pc.get("value") or 0))
+        if name:
+            return f"spec.priorityClassName names PriorityClass {name}, which does not exist"
         return None
 
     def _release(self, workload: Obj, reason: str, message: str) -> None:

@@ -20,6 +20,17 @@ POD_SET_LABEL = f"{KUEUE_GROUP}/podset"
 WORKLOAD_ANNOTATION = f"{KUEUE_GROUP}/workload"
 LOCAL_QUEUE_LABEL = f"{KUEUE_GROUP}/local-queue-name"
 CLUSTER_QUEUE_LABEL = f"{KUEUE_GROUP}/cluster-queue-name"
+# Topology Aware Scheduling: pods of a podSet Kueue placed by topology are created gated;
+# Kueue's ungater adds each pod's domain to its nodeSelector (by its index label) and lifts
+# the gate. It only looks at pods that carry one of these annotations, as jobframework
+# writes them: the podSet's request, or "unconstrained" for a ClusterQueue of topology
+# flavors only.
+TOPOLOGY_GATE = f"{KUEUE_GROUP}/topology"
+TOPOLOGY_ANNOTATIONS = {
+    "required": f"{KUEUE_GROUP}/podset-required-topology",
+    "preferred": f"{KUEUE_GROUP}/podset-preferred-topology",
+}
+UNCONSTRAINED_ANNOTATION = f"{KUEUE_GROUP}/podset-unconstrained-topology"
 
 
 class PlacementConflict(ValueError):
@@ -35,6 +46,7 @@ class Placement:
     tolerations: list[dict[str, Any]] = field(default_factory=list)
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
+    scheduling_gates: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -91,6 +103,23 @@ def flavors_of(workload: Mapping[str, Any]) -> set[str]:
     return {f for a in assignments for f in (a.get("flavors") or {}).values()}
 
 
+def admitted_message(workload: Mapping[str, Any]) -> str:
+    """What the job's Admitted condition says Kueue decided: the ClusterQueue, and each
+    podSet's flavors (a user never has to read the Workload to know where the gang goes)."""
+    admission = (workload.get("status") or {}).get("admission") or {}
+    parts = []
+    for assignment in admission.get("podSetAssignments") or []:
+        flavors = dict.fromkeys((assignment.get("flavors") or {}).values())
+        if flavors:
+            parts.append(f"{assignment.get('name')}={'+'.join(flavors)}")
+    where = f"ClusterQueue {admission.get('clusterQueue') or '?'}"
+    said = f"admitted by Kueue in {where}" + (f", flavors {', '.join(parts)}" if parts else "")
+    for pod_set, domains in topology_domains(workload).items():
+        placed = ", ".join(f"{d} x{n}" for d, n in domains)
+        said += f"; {pod_set} placed by topology on {placed}"
+    return said
+
+
 def placements(
     workload: Mapping[str, Any], flavors: Mapping[str, Mapping[str, Any]]
 ) -> dict[str, Placement]:
@@ -114,13 +143,69 @@ def placements(
             labels[LOCAL_QUEUE_LABEL] = str(queue)
         if admission.get("clusterQueue"):
             labels[CLUSTER_QUEUE_LABEL] = str(admission["clusterQueue"])
-        placement = Placement(selector, tolerations, labels, {WORKLOAD_ANNOTATION: name})
+        annotations = {WORKLOAD_ANNOTATION: name}
+        gates: tuple[str, ...] = ()
+        if assignment.get("topologyAssignment"):
+            annotations |= _topology_annotation(workload, assignment["name"])
+            gates = (TOPOLOGY_GATE,)
+        placement = Placement(selector, tolerations, labels, annotations, gates)
         for check in status.get("admissionChecks") or []:
             for update in check.get("podSetUpdates") or []:
                 if update.get("name") == assignment["name"]:
                     placement = _with_update(placement, update, str(check.get("name")))
         out[assignment["name"]] = placement
     return out
+
+
+def _topology_annotation(workload: Mapping[str, Any], pod_set: str) -> dict[str, str]:
+    for spec in (workload.get("spec") or {}).get("podSets") or []:
+        if spec.get("name") == pod_set:
+            request = spec.get("topologyRequest") or {}
+            for kind, key in TOPOLOGY_ANNOTATIONS.items():
+                if request.get(kind):
+                    return {key: str(request[kind])}
+    return {UNCONSTRAINED_ANNOTATION: "true"}
+
+
+def indexed(placement: Placement, label: str, index: int) -> Placement:
+    """The placement of the pod at `index` in its podSet: under topology, the index label
+    Kueue's ungater orders the pods by."""
+    if not placement.scheduling_gates:
+        return placement
+    labels = {**placement.labels, label: str(index)}
+    return Placement(placement.node_selector, placement.tolerations, labels,
+                     placement.annotations, placement.scheduling_gates)  # fmt: skip
+
+
+def topology_domains(workload: Mapping[str, Any]) -> dict[str, list[tuple[str, int]]]:
+    """podSet -> [(domain, pods)] in rank order, from the admission's topologyAssignment
+    (Kueue's compressed form: slices of domains, each level's values either universal or
+    prefix + root + suffix, pod counts universal or per domain). A domain is its lowest
+    level's value (a host name where the Topology ends at kubernetes.io/hostname)."""
+    admission = (workload.get("status") or {}).get("admission") or {}
+    out: dict[str, list[tuple[str, int]]] = {}
+    for assignment in admission.get("podSetAssignments") or []:
+        topology = assignment.get("topologyAssignment")
+        if not topology:
+            continue
+        domains = out.setdefault(str(assignment.get("name")), [])
+        for piece in topology.get("slices") or []:
+            counts = piece.get("podCounts") or {}
+            for i in range(int(piece.get("domainCount") or 0)):
+                values = [_level_value(v, i) for v in piece.get("valuesPerLevel") or []]
+                count = counts.get("universal")
+                count = count if count is not None else (counts.get("individual") or [0])[i]
+                domains.append((values[-1] if values else "?", int(count)))
+    return out
+
+
+def _level_value(values: Mapping[str, Any], i: int) -> str:
+    if values.get("universal") is not None:
+        return str(values["universal"])
+    each = values.get("individual") or {}
+    roots = each.get("roots") or []
+    root = roots[i] if i < len(roots) else ""
+    return f"{each.get('prefix') or ''}{root}{each.get('suffix') or ''}"
 
 
 def _merged(ours: dict[str, str], theirs: Mapping[str, str], what: str) -> dict[str, str]:
@@ -137,6 +222,7 @@ def _with_update(placement: Placement, update: Mapping[str, Any], check: str) ->
         [*placement.tolerations, *(update.get("tolerations") or [])],
         _merged(placement.labels, update.get("labels") or {}, f"{where} label"),
         _merged(placement.annotations, update.get("annotations") or {}, f"{where} annotation"),
+        placement.scheduling_gates,
     )
 
 
@@ -152,6 +238,12 @@ def place(pod: dict[str, Any], placement: Placement) -> dict[str, Any]:
     meta["annotations"] = _merged(
         dict(meta.get("annotations") or {}), placement.annotations, "annotation"
     )
+    if placement.scheduling_gates:
+        # Gates exist only at creation: the ungater lifts them once it has placed the pod.
+        own_gates = list(spec.get("schedulingGates") or [])
+        spec["schedulingGates"] = own_gates + [
+            {"name": g} for g in placement.scheduling_gates if {"name": g} not in own_gates
+        ]
     if not spec["nodeSelector"]:
         del spec["nodeSelector"]
     if not spec["tolerations"]:

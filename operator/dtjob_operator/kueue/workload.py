@@ -20,7 +20,14 @@ from typing import Any
 from dtjob_api import GROUP, KIND, VERSION
 from dtjob_operator.builders.children import build_pods
 from dtjob_operator.builders.job import Job
-from dtjob_operator.constants import KUEUE_GROUP, KUEUE_QUEUE_LABEL, KUEUE_VERSION, LABEL_ROLE
+from dtjob_operator.constants import (
+    KUEUE_GROUP,
+    KUEUE_QUEUE_LABEL,
+    KUEUE_VERSION,
+    LABEL_JOB_NAME,
+    LABEL_POD_SET_INDEX,
+    LABEL_ROLE,
+)
 from dtjob_operator.settings import OperatorSettings
 
 QUEUE_LABEL = KUEUE_QUEUE_LABEL
@@ -106,6 +113,24 @@ def pod_sets(job: Job, settings: OperatorSettings) -> list[PodSet]:
     return out
 
 
+def topology_request(job: Job, sets: list[PodSet], pod_set: PodSet) -> dict[str, Any]:
+    """The podSet's topologyRequest: the job's spec.placement.topology level, and always the
+    pod index label, so that wherever Kueue places by topology (a job's request, or a
+    ClusterQueue of topology flavors only) its ungater places the ranks in order. A job of
+    two podSets, one of a single pod (a parameter server and its workers), is one group:
+    Kueue packs both into the same domain. Kueue groups no more than two podSets; larger
+    mixes are each packed on their own (docs/kueue.md)."""
+    request: dict[str, Any] = {"podIndexLabel": LABEL_POD_SET_INDEX}
+    placement = job.spec.placement
+    topology = placement.topology if placement is not None else None
+    if topology is None:
+        return request
+    request["required" if topology.required else "preferred"] = topology.level
+    if len(sets) == 2 and min(s.count for s in sets) == 1:
+        request["podSetGroupName"] = "gang"
+    return request
+
+
 def build_workload(
     job: Job, queue: str, settings: OperatorSettings, priority: Priority | None = None
 ) -> dict[str, Any]:
@@ -114,20 +139,23 @@ def build_workload(
     metadata: dict[str, Any] = {
         "name": workload_name(job),
         "namespace": job.namespace,
-        "labels": {JOB_UID_LABEL: job.uid},
+        # The job's name, as on its pods: the operator's watch of Workloads wakes the job.
+        "labels": {JOB_UID_LABEL: job.uid, LABEL_JOB_NAME: job.name},
         "finalizers": [FINALIZER],
         "ownerReferences": [
             {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "name": job.name,
              "uid": job.uid, "controller": True, "blockOwnerDeletion": True}
         ],
     }  # fmt: skip
+    sets = pod_sets(job, settings)
     spec: dict[str, Any] = {
         "queueName": queue,
         "podSets": [
-            {"name": p.name, "count": p.count, "template": p.template}
-            for p in pod_sets(job, settings)
+            {"name": p.name, "count": p.count, "template": p.template,
+             "topologyRequest": topology_request(job, sets, p)}
+            for p in sets
         ],
-    }
+    }  # fmt: skip
     if priority is not None:
         spec |= {"priorityClassRef": priority.ref(), "priority": priority.value}
     return {

@@ -33,6 +33,8 @@ GUARD_GOOD: list[dict[str, Any]] = [
     job(trainer={"model": {"type": "GPT"},
                  "dataset": {"type": "TokenFile", "path": "/d/t.bin", "dtype": "uint32"}}),
     job(roles={"worker": {"replicas": 2}}, strategy={"type": "DataParallel", "backend": "gloo"}),
+    job(placement={"topology": {"required": "network.example.com/rack"}}),
+    job(placement={"topology": {"preferred": "kubernetes.io/hostname"}}),
 ]  # fmt: skip
 
 GUARD_BAD: list[tuple[dict[str, Any], str, str]] = [
@@ -76,4 +78,10 @@ GUARD_BAD: list[tuple[dict[str, Any], str, str]] = [
      "spec.trainer.dataset.inputColumn", "only allowed with trainer.dataset.type HFDisk"),
     (job(trainer=tokens(targetColumn="y")),
      "spec.trainer.dataset.targetColumn", "only allowed with trainer.dataset.type HFDisk"),
+    (job(placement={"topology": {}}), "spec.placement.topology", "exactly one of required"),
+    (job(placement={"topology": {"required": "example.com/rack",
+                                 "preferred": "example.com/block"}}),
+     "spec.placement.topology", "exactly one of required"),
+    (job(placement={"topology": {"required": "rack name"}}), "spec.placement.topology.required",
+     "rack name"),
 ]  # fmt: skip

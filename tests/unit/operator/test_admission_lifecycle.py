@@ -119,3 +119,26 @@ def test_user_suspend_gives_up_the_admission() -> None:
     running = after(after(DDP, now=0), pod(0, ready=True), pod(1, ready=True), now=5)
     p = run(running.copy().suspended(), pod(0, ready=True), pod(1, ready=True), now=10)
     assert cond(p, "Admitted") == {**cond(p, "Admitted"), "status": "False", "reason": "Suspended"}
+
+
+def test_a_queue_managers_admission_says_where_once() -> None:
+    said = "admitted by Kueue in ClusterQueue gpus, flavors worker=h100"
+    queued = after(DDP, admitted=False)
+    p = run(queued, now=30, admitted_message=said)
+    assert cond(p, "Admitted")["message"] == said
+    assert [e.message for e in p.events if e.reason == "Admitted"] == [said]
+    again = run(queued.copy().with_full_status(p.status), now=31, admitted_message=said)
+    assert not any(e.reason == "Admitted" for e in again.events)
+    built_in = run(queued, now=30)
+    assert cond(built_in, "Admitted")["message"] == "the whole gang may start"
+    assert not any(e.reason == "Admitted" for e in built_in.events)
+
+
+def test_a_topology_request_fails_where_only_kueue_could_honour_it() -> None:
+    packed = DDP.copy().with_spec(placement={"topology": {"required": "example.com/rack"}})
+    p = run(packed)
+    assert p.status["phase"] == "Failed" and p.create == []
+    failed = cond(p, "Failed")
+    assert failed["reason"] == "InvalidSpec" and "spec.placement.topology" in failed["message"]
+    assert "kueue.x-k8s.io/queue-name" in failed["message"]
+    assert run(packed, kueue=True).status["phase"] == "Starting"

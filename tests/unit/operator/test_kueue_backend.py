@@ -8,7 +8,9 @@ from typing import Any
 
 from unit.operator.builders import a_job
 
+from dtjob_operator.builders import Job
 from dtjob_operator.kueue.backend import KueueBackend
+from dtjob_operator.kueue.workload import Priority
 from dtjob_operator.settings import OperatorSettings
 
 
@@ -26,3 +28,39 @@ def test_a_job_without_a_queue_waits_and_says_how_to_name_one() -> None:
         "kubectl label dtj train kueue.x-k8s.io/queue-name=<queue>"
         in admission["admission_message"]
     )
+
+
+class Classes:
+    """The WorkloadPriorityClasses the API server would return (the priority test's input)."""
+
+    def __init__(self, **values: int) -> None:
+        self.values = values
+
+    def get_workload_priority_class(self, name: str) -> dict[str, Any] | None:
+        return {"value": self.values[name]} if name in self.values else None
+
+
+PCS = [
+    {"metadata": {"name": "batch"}, "value": 100},
+    {"metadata": {"name": "default"}, "value": 5, "globalDefault": True},
+]
+
+
+def priority_of(labels: dict[str, str], pc: str | None = None) -> Any:
+    backend = KueueBackend(Classes(urgent=9000), OperatorSettings(), lambda: PCS)  # type: ignore[arg-type]
+    builder = a_job("train", "team-a").with_workers(2)
+    obj = builder.obj()
+    obj["metadata"]["labels"] = labels
+    if pc:
+        obj["spec"]["priorityClassName"] = pc
+    return backend._priority(obj, Job.from_object(obj))
+
+
+def test_the_priority_follows_kueues_order_of_sources() -> None:
+    wpc = {"kueue.x-k8s.io/priority-class": "urgent"}
+    assert priority_of(wpc, pc="batch") == Priority("WorkloadPriorityClass", "urgent", 9000)
+    assert priority_of({}, pc="batch") == Priority("PriorityClass", "batch", 100)
+    assert priority_of({}) == Priority("PriorityClass", "default", 5)  # the global default
+    missing = priority_of({"kueue.x-k8s.io/priority-class": "nope"})
+    assert "WorkloadPriorityClass nope, which does not exist" in missing
+    assert "PriorityClass gone, which does not exist" in priority_of({}, pc="gone")

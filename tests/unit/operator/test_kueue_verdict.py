@@ -10,9 +10,12 @@ import pytest
 
 from dtjob_operator.kueue.verdict import (
     PlacementConflict,
+    admitted_message,
     flavors_of,
+    indexed,
     place,
     placements,
+    topology_domains,
     verdict,
 )
 
@@ -56,6 +59,9 @@ def test_admitted_with_its_cluster_queue() -> None:
                          ("Admitted", "True", "Admitted", ""), admission=ADMISSION))  # fmt: skip
     assert v.admitted and v.cluster_queue == "gpus" and v.waiting is None
     assert flavors_of(workload(admission=ADMISSION)) == {"h100", "cpu-pool"}
+    assert admitted_message(workload(admission=ADMISSION)) == (
+        "admitted by Kueue in ClusterQueue gpus, flavors worker=h100, ps=cpu-pool"
+    )
 
 
 def test_an_eviction_stops_the_gang_even_while_still_admitted() -> None:
@@ -99,3 +105,54 @@ def test_placing_a_pod_keeps_its_own_selector_and_adds_the_rest() -> None:
     assert placed["metadata"]["labels"]["kueue.x-k8s.io/podset"] == "worker"
     assert placed["metadata"]["labels"]["dtjob.io/role"] == "worker"
     assert pod["spec"]["nodeSelector"] == {"zone": "c"}  # the input is left as it was
+
+
+# Kueue's own encoder's output (pkg/util/tas.V1Beta2From) for 2 + 2 + 1 pods on 3 hosts.
+HOSTS = {"levels": ["kubernetes.io/hostname"], "slices": [{
+    "domainCount": 3,
+    "valuesPerLevel": [{"individual": {"prefix": "kind-worker", "roots": ["", "2", "3"]}}],
+    "podCounts": {"individual": [2, 2, 1]}}]}  # fmt: skip
+RACKS = {"levels": ["example.com/block", "example.com/rack"], "slices": [{
+    "domainCount": 2,
+    "valuesPerLevel": [{"universal": "b1"}, {"individual": {"prefix": "r", "roots": ["1", "2"]}}],
+    "podCounts": {"universal": 4}}]}  # fmt: skip
+
+
+def tas_workload(topology: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
+    wl = workload(admission={"clusterQueue": "gpus", "podSetAssignments": [
+        {"name": "worker", "count": 5, "flavors": {"nvidia.com/gpu": "h100"},
+         "topologyAssignment": topology}]})  # fmt: skip
+    wl["spec"]["podSets"] = [{"name": "worker", "count": 5, "topologyRequest": request}]
+    return wl
+
+
+def test_the_topology_assignment_is_read_in_rank_order() -> None:
+    assert topology_domains(tas_workload(HOSTS, {})) == {
+        "worker": [("kind-worker", 2), ("kind-worker2", 2), ("kind-worker3", 1)]
+    }
+    assert topology_domains(tas_workload(RACKS, {})) == {"worker": [("r1", 4), ("r2", 4)]}
+    assert topology_domains(workload(admission=ADMISSION)) == {}
+    said = admitted_message(tas_workload(HOSTS, {}))
+    assert said.endswith(
+        "; worker placed by topology on kind-worker x2, kind-worker2 x2, kind-worker3 x1"
+    )
+
+
+def test_pods_placed_by_topology_are_gated_annotated_and_indexed_for_the_ungater() -> None:
+    request = {"required": "example.com/rack", "podIndexLabel": "dtjob.io/pod-set-index"}
+    worker = placements(tas_workload(HOSTS, request), FLAVORS)["worker"]
+    assert worker.scheduling_gates == ("kueue.x-k8s.io/topology",)
+    assert worker.annotations["kueue.x-k8s.io/podset-required-topology"] == "example.com/rack"
+    pod = {"metadata": {"name": "j-worker-3"},
+           "spec": {"schedulingGates": [{"name": "other"}],
+                    "containers": [{"name": "t"}]}}  # fmt: skip
+    placed = place(pod, indexed(worker, "dtjob.io/pod-set-index", 3))
+    assert placed["metadata"]["labels"]["dtjob.io/pod-set-index"] == "3"
+    assert placed["spec"]["schedulingGates"] == [{"name": "other"},
+                                                 {"name": "kueue.x-k8s.io/topology"}]  # fmt: skip
+    # A ClusterQueue of topology flavors only places a job that asked for nothing.
+    implied = placements(tas_workload(HOSTS, {"podIndexLabel": "x"}), FLAVORS)["worker"]
+    assert implied.annotations["kueue.x-k8s.io/podset-unconstrained-topology"] == "true"
+    # Without a topology assignment nothing is gated, and no index label is added.
+    plain = placements(workload(admission=ADMISSION), FLAVORS)["worker"]
+    assert plain.scheduling_gates == () and indexed(plain, "x", 1) == plain

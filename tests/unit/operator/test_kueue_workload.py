@@ -85,3 +85,28 @@ def test_no_job_has_more_kinds_of_pods_than_kueue_takes() -> None:
     groups = [{"name": f"g{i}", "replicas": 1, "gpus": i % 2, "cpu": str(i + 1)} for i in range(8)]
     job = a_job().with_strategy("Pipeline").with_stages(8, groups=groups).job()
     assert len(pod_sets(job, SETTINGS)) == MAX_POD_SETS
+
+
+def test_every_pod_set_names_its_index_label_and_a_topology_request_its_level() -> None:
+    plain = build_workload(a_job().with_workers(2, gpus=1).job(), "q", SETTINGS)
+    assert plain["spec"]["podSets"][0]["topologyRequest"] == {
+        "podIndexLabel": "dtjob.io/pod-set-index"
+    }
+    rack = {"topology": {"required": "example.com/rack"}}
+    packed = a_job().with_workers(4, gpus=1).with_spec(placement=rack).job()
+    (worker,) = build_workload(packed, "q", SETTINGS)["spec"]["podSets"]
+    assert worker["topologyRequest"] == {
+        "podIndexLabel": "dtjob.io/pod-set-index",
+        "required": "example.com/rack",
+    }
+
+
+def test_a_parameter_server_and_its_workers_are_packed_as_one_group() -> None:
+    block = {"topology": {"preferred": "example.com/block"}}
+    job = (
+        a_job().with_strategy("ParameterServer").with_workers(3, gpus=1).with_ps(1)
+        .with_spec(placement=block)
+    ).job()  # fmt: skip
+    requests = [p["topologyRequest"] for p in build_workload(job, "q", SETTINGS)["spec"]["podSets"]]
+    assert [r["preferred"] for r in requests] == ["example.com/block"] * 2
+    assert [r["podSetGroupName"] for r in requests] == ["gang", "gang"]

@@ -175,6 +175,7 @@ def test_admission_gate_opens() -> None:
     assert created(p) == GANG_0
     assert condition(p, "Admitted")["status"] == "True"
     assert p.status["startTime"] == iso(30)
+    assert not any(e.reason == "Admitted" for e in p.events)  # built-in: no Event for it
 
 
 def test_a_job_being_deleted_is_left_to_the_garbage_collector() -> None:

@@ -1,0 +1,104 @@
+"""Cohort borrowing through the real Kueue: two teams' ClusterQueues of 4 GPUs each share a
+cohort; a dtjob job of team A borrows team B's idle GPUs and runs; team B's job then
+reclaims them through Kueue's preemption. The borrower's gang is stopped whole (SIGTERM:
+the trainer checkpoints), waits Suspended with Kueue's reason, and a fresh gang starts once
+the lender's job is done. No partial gang of either job exists at any moment."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from integration.kueue.test_kueue_jobs import FLAVOR_LABELS, operator, queued_job
+from integration.kueue.test_kueue_runs import custom
+
+from helpers.jobs import create_job, exit_pod, job_pods, status, wait_phase, wait_pods_running
+from helpers.kube import create_namespace, unique
+from helpers.kueue import GROUP, VERSION, Kueue
+from helpers.sampler import Sampler
+
+pytestmark = [pytest.mark.integration]
+__all__ = ["operator"]  # the module's operator fixture, shared with test_kueue_jobs
+
+
+def cohort_queues(cluster: Any, cohort: str, teams: dict[str, str], gpus: int) -> dict[str, str]:
+    """One shared flavor; per team (namespace -> ClusterQueue name) a ClusterQueue of `gpus`
+    GPUs in `cohort` that reclaims what it lent, and a LocalQueue "team"."""
+    api = custom(cluster)
+    flavor = f"{cohort}-gpu"
+    api.create_cluster_custom_object(GROUP, VERSION, "resourceflavors", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "ResourceFlavor",
+        "metadata": {"name": flavor}, "spec": {"nodeLabels": FLAVOR_LABELS}})  # fmt: skip
+    for ns, cq in teams.items():
+        api.create_cluster_custom_object(GROUP, VERSION, "clusterqueues", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterQueue",
+            "metadata": {"name": cq},
+            "spec": {
+                "namespaceSelector": {}, "cohortName": cohort,
+                "preemption": {"reclaimWithinCohort": "Any"},
+                "resourceGroups": [{"coveredResources": ["nvidia.com/gpu"], "flavors": [{
+                    "name": flavor,
+                    "resources": [{"name": "nvidia.com/gpu", "nominalQuota": gpus}]}]}],
+            },
+        })  # fmt: skip
+        api.create_namespaced_custom_object(GROUP, VERSION, ns, "localqueues", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "LocalQueue",
+            "metadata": {"name": "team", "namespace": ns},
+            "spec": {"clusterQueue": cq}})  # fmt: skip
+    return teams
+
+
+class Gangs(Sampler):
+    """Counts each job's live pods at every sample: a partial gang is a count that is
+    neither 0 nor the gang's size."""
+
+    def __init__(self, core: Any, jobs: dict[tuple[str, str], int]) -> None:
+        super().__init__()
+        self.core, self.jobs = core, jobs
+        self.partial: list[str] = []
+
+    def sample(self) -> None:
+        for (ns, name), size in self.jobs.items():
+            live = len(job_pods(self.core, ns, name))
+            if live not in (0, size):
+                self.partial.append(f"{name}: {live}/{size} pods")
+
+
+@pytest.mark.usefixtures("operator")
+def test_a_borrowing_job_runs_on_idle_gpus_and_gives_them_back_when_the_lender_needs_them(
+    cluster: Any, kueue: Kueue
+) -> None:
+    a, b = create_namespace(cluster.core, "ka"), create_namespace(cluster.core, "kb")
+    cohort = unique("co")
+    cohort_queues(cluster, cohort, {a: f"{cohort}-a", b: f"{cohort}-b"}, gpus=4)
+    borrower, lender = unique("borrower"), unique("lender")
+    with Gangs(cluster.core, {(a, borrower): 2, (b, lender): 2}) as gangs:
+        create_job(cluster.api, a, queued_job(borrower, 2, 4))  # 8 GPUs: 4 of them borrowed
+        wait_pods_running(cluster.core, a, borrower, 2, timeout=90)
+        running = wait_phase(cluster.api, a, borrower, "Running")
+        admitted = next(c for c in running["conditions"] if c["type"] == "Admitted")
+        assert f"ClusterQueue {cohort}-a" in admitted["message"], admitted
+
+        create_job(cluster.api, b, queued_job(lender, 2, 2))  # B's own 4 GPUs, lent out
+        stopped = wait_phase(cluster.api, a, borrower, "Suspended", timeout=90)
+        suspended = next(c for c in stopped["conditions"] if c["type"] == "Suspended")
+        # Kueue's reason travels to the job: a user never reads the Workload to learn it.
+        assert suspended["reason"] == "Preempted", suspended
+        assert "Kueue evicted it (Preempted)" in suspended["message"], suspended
+        assert "reclamation within the cohort" in suspended["message"], suspended
+        lender_pods = wait_pods_running(cluster.core, b, lender, 2, timeout=90)
+        assert job_pods(cluster.core, a, borrower) == []
+        waiting = status(cluster.api, a, borrower)
+        assert waiting["phase"] == "Suspended", waiting
+
+        for pod in lender_pods:
+            exit_pod(cluster.core, b, pod.metadata.name, 0)
+        wait_phase(cluster.api, b, lender, "Succeeded")
+        # The quota is back: the borrower's fresh gang starts, and says it resumed.
+        wait_pods_running(cluster.core, a, borrower, 2, timeout=90)
+        resumed = wait_phase(cluster.api, a, borrower, "Running", timeout=60)
+    assert not gangs.partial, gangs.partial
+    assert any(c["type"] == "Suspended" and c["reason"] == "Resumed"
+               for c in resumed["conditions"]), resumed["conditions"]  # fmt: skip
+    cluster.core.delete_namespace(a)
+    cluster.core.delete_namespace(b)
