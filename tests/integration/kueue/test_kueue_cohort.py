@@ -2,7 +2,8 @@
 cohort; a dtjob job of team A borrows team B's idle GPUs and runs; team B's job then
 reclaims them through Kueue's preemption. The borrower's gang is stopped whole (SIGTERM:
 the trainer checkpoints), waits Suspended with Kueue's reason, and a fresh gang starts once
-the lender's job is done. No partial gang of either job exists at any moment."""
+the lender's job is done. The cohort's 8 GPUs are never overcommitted: the lender's gang
+is made only once the borrower's is gone."""
 
 from __future__ import annotations
 
@@ -49,19 +50,24 @@ def cohort_queues(cluster: Any, cohort: str, teams: dict[str, str], gpus: int) -
 
 
 class Gangs(Sampler):
-    """Counts each job's live pods at every sample: a partial gang is a count that is
-    neither 0 nor the gang's size."""
+    """At every sample, the GPUs the jobs' live pods hold: the cohort's quota is never
+    exceeded (the borrower's gang is gone before the lender's is made), and no job has
+    more pods than its gang."""
 
-    def __init__(self, core: Any, jobs: dict[tuple[str, str], int]) -> None:
+    def __init__(self, core: Any, jobs: dict[tuple[str, str], tuple[int, int]]) -> None:
         super().__init__()
-        self.core, self.jobs = core, jobs
-        self.partial: list[str] = []
+        self.core, self.jobs = core, jobs  # (namespace, job) -> (pods, GPUs a pod)
+        self.most_gpus = 0
+        self.too_many: list[str] = []
 
     def sample(self) -> None:
-        for (ns, name), size in self.jobs.items():
+        held = 0
+        for (ns, name), (size, gpus) in self.jobs.items():
             live = len(job_pods(self.core, ns, name))
-            if live not in (0, size):
-                self.partial.append(f"{name}: {live}/{size} pods")
+            held += live * gpus
+            if live > size:
+                self.too_many.append(f"{name}: {live}/{size} pods")
+        self.most_gpus = max(self.most_gpus, held)
 
 
 @pytest.mark.usefixtures("operator")
@@ -72,7 +78,7 @@ def test_a_borrowing_job_runs_on_idle_gpus_and_gives_them_back_when_the_lender_n
     cohort = unique("co")
     cohort_queues(cluster, cohort, {a: f"{cohort}-a", b: f"{cohort}-b"}, gpus=4)
     borrower, lender = unique("borrower"), unique("lender")
-    with Gangs(cluster.core, {(a, borrower): 2, (b, lender): 2}) as gangs:
+    with Gangs(cluster.core, {(a, borrower): (2, 4), (b, lender): (2, 2)}) as gangs:
         create_job(cluster.api, a, queued_job(borrower, 2, 4))  # 8 GPUs: 4 of them borrowed
         wait_pods_running(cluster.core, a, borrower, 2, timeout=90)
         running = wait_phase(cluster.api, a, borrower, "Running")
@@ -97,7 +103,8 @@ def test_a_borrowing_job_runs_on_idle_gpus_and_gives_them_back_when_the_lender_n
         # The quota is back: the borrower's fresh gang starts, and says it resumed.
         wait_pods_running(cluster.core, a, borrower, 2, timeout=90)
         resumed = wait_phase(cluster.api, a, borrower, "Running", timeout=60)
-    assert not gangs.partial, gangs.partial
+    assert gangs.most_gpus == 8 and not gangs.too_many, (gangs.most_gpus, gangs.too_many)
+    assert not gangs.errors, gangs.errors
     assert any(c["type"] == "Suspended" and c["reason"] == "Resumed"
                for c in resumed["conditions"]), resumed["conditions"]  # fmt: skip
     cluster.core.delete_namespace(a)
