@@ -313,6 +313,13 @@ class Caches:
     def list_nodes(self) -> list[Obj]:
         return _read(self.nodes, self.api.list_nodes)
 
+    def workloads_of(self, namespace: str, job_name: str) -> list[Obj]:
+        """Kueue's Workloads labelled with the job's name (metadata only from the watch)."""
+        informer = self._scope(self.workloads, namespace)
+        if informer is None or not informer.synced.is_set():
+            return self.api.list_job_workloads(namespace, job_name)
+        return informer.indexed(namespace, job_name)
+
     # -- the admission's reads ----------------------------------------------------------
 
     def list_jobs(self, namespaces: list[str] | None = None) -> list[Obj]:

@@ -70,7 +70,8 @@ API_CALLS: frozenset[tuple[str, str, str]] = frozenset(
         # Jobs in a Kueue LocalQueue (kueue/backend.py).
         ("kueue.x-k8s.io", "workloads", "get"),
         ("kueue.x-k8s.io", "workloads", "create"),
-        ("kueue.x-k8s.io", "workloads", "patch"),  # spec.active follows spec.suspend
+        ("kueue.x-k8s.io", "workloads", "patch"),  # spec.active; finalizers let go
+        ("kueue.x-k8s.io", "workloads", "list"),  # is Kueue there; a deleted job's
         ("kueue.x-k8s.io", "workloads/status", "patch"),
         ("kueue.x-k8s.io", "resourceflavors", "get"),
         ("kueue.x-k8s.io", "workloadpriorityclasses", "get"),
@@ -396,6 +397,35 @@ class KubeApi:
                 return False
             raise
         return True
+
+    def list_job_workloads(self, namespace: str, job_name: str) -> list[Obj]:
+        """The Workloads labelled with a job's name; none where Kueue is not installed."""
+        try:
+            resp = self.custom.list_namespaced_custom_object(
+                KUEUE_GROUP, KUEUE_VERSION, namespace, "workloads",
+                label_selector=f"{LABEL_JOB_NAME}={job_name}", _preload_content=False,
+            )  # fmt: skip
+        except ApiException as exc:
+            if exc.status == 404:
+                return []
+            raise
+        items: list[Obj] = json.loads(cast(Any, resp).data).get("items") or []
+        return items
+
+    def set_workload_finalizers(self, workload: Obj, finalizers: list[str]) -> None:
+        """Replace a Workload's finalizers, if it is still at the resourceVersion read."""
+        meta = workload["metadata"]
+        patch = {"metadata": {"finalizers": finalizers,
+                              "resourceVersion": meta["resourceVersion"]}}  # fmt: skip
+        try:
+            self.custom.patch_namespaced_custom_object(
+                KUEUE_GROUP, KUEUE_VERSION, meta["namespace"], "workloads", meta["name"], patch
+            )
+        except ApiException as exc:
+            # 404: gone already. 409: changed since it was read (the watch wakes the job
+            # again with the new version, and the next look lets go of it).
+            if exc.status not in (404, 409):
+                raise
 
     def get_resource_flavor(self, name: str) -> Obj | None:
         """A Kueue ResourceFlavor as raw JSON, or None when it does not exist."""

@@ -521,4 +521,6 @@ class Reconciler:
             self.children.forget(job["metadata"]["uid"])
             self.book.forget(job["metadata"]["uid"])
         self.caches.forget(job["metadata"]["uid"] if job is not None else None, key)
+        if self.kueue is not None:  # a Workload left behind would hold its Kueue quota
+            self.kueue.let_go(self.caches.workloads_of(*key), None)
         self.request_admission()  # its pods and reservation free room

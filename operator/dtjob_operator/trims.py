@@ -85,10 +85,11 @@ def trim_owned(obj: Obj) -> Obj:
 
 
 def trim_to_metadata(obj: Obj) -> Obj:
-    """An object watched only for its changes (Kueue's Workloads): its name, labels and
-    resourceVersion, nothing of its spec or status."""
+    """An object watched for its changes and its owner (Kueue's Workloads): its metadata
+    without managed fields and annotations, nothing of its spec or status."""
     meta = obj.get("metadata") or {}
-    kept = ("name", "namespace", "uid", "resourceVersion", "labels")
+    kept = ("name", "namespace", "uid", "resourceVersion", "labels", "finalizers",
+            "ownerReferences", "deletionTimestamp")  # fmt: skip
     return {"metadata": {k: meta[k] for k in kept if k in meta}}
 
 

@@ -39,6 +39,8 @@ from dtjob_operator.kueue.verdict import (
     verdict,
 )
 from dtjob_operator.kueue.workload import (
+    FINALIZER,
+    JOB_UID_LABEL,
     PRIORITY_LABEL,
     QUEUE_LABEL,
     Priority,
@@ -261,6 +263,23 @@ class KueueBackend:
                                        "message": message, "lastTransitionTime": _now()}]},
         }  # fmt: skip
         self.api.apply_workload_status(body, PODS_READY_MANAGER)
+
+    def let_go(self, workloads: Sequence[Obj], live_uid: str | None) -> None:
+        """The job went (or is going): its Workloads' finalizer is removed, as Kueue's job
+        integrations remove it, so that the garbage collector deletes them and Kueue frees
+        their quota. Without this, a job deleted while admitted would hold its quota, and
+        its namespace would never finish terminating. A Workload of the job's live
+        incarnation (`live_uid`) is kept."""
+        for workload in workloads:
+            meta = workload.get("metadata") or {}
+            if (meta.get("labels") or {}).get(JOB_UID_LABEL) == live_uid and live_uid:
+                continue
+            finalizers = list(meta.get("finalizers") or [])
+            if FINALIZER not in finalizers:
+                continue
+            self.api.set_workload_finalizers(workload, [f for f in finalizers if f != FINALIZER])
+            log.info("let go of Workload %s/%s: its job is gone", meta.get("namespace"),
+                     meta.get("name"))  # fmt: skip
 
     def finished(self, job_obj: Obj, phase: str) -> None:
         """The job ended: mark its Workload Finished, so that Kueue gives its quota back."""

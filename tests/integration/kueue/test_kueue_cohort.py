@@ -7,6 +7,7 @@ is made only once the borrower's is gone."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -63,18 +64,29 @@ class Gangs(Sampler):
     def sample(self) -> None:
         held = 0
         for (ns, name), (size, gpus) in self.jobs.items():
-            live = len(job_pods(self.core, ns, name))
+            # A pod that has ended holds no GPU (the lender's finished pods stay a while).
+            pods = job_pods(self.core, ns, name)
+            live = sum(p.status.phase not in ("Succeeded", "Failed") for p in pods)
             held += live * gpus
             if live > size:
                 self.too_many.append(f"{name}: {live}/{size} pods")
         self.most_gpus = max(self.most_gpus, held)
 
 
+@pytest.fixture
+def teams(cluster: Any) -> Iterator[tuple[str, str]]:
+    """Two teams' namespaces, deleted afterwards (a failure must not leave pods behind)."""
+    a, b = create_namespace(cluster.core, "ka"), create_namespace(cluster.core, "kb")
+    yield a, b
+    for ns in (a, b):
+        cluster.core.delete_namespace(ns)
+
+
 @pytest.mark.usefixtures("operator")
 def test_a_borrowing_job_runs_on_idle_gpus_and_gives_them_back_when_the_lender_needs_them(
-    cluster: Any, kueue: Kueue
+    cluster: Any, kueue: Kueue, teams: tuple[str, str]
 ) -> None:
-    a, b = create_namespace(cluster.core, "ka"), create_namespace(cluster.core, "kb")
+    a, b = teams
     cohort = unique("co")
     cohort_queues(cluster, cohort, {a: f"{cohort}-a", b: f"{cohort}-b"}, gpus=4)
     borrower, lender = unique("borrower"), unique("lender")
@@ -107,5 +119,3 @@ def test_a_borrowing_job_runs_on_idle_gpus_and_gives_them_back_when_the_lender_n
     assert not gangs.errors, gangs.errors
     assert any(c["type"] == "Suspended" and c["reason"] == "Resumed"
                for c in resumed["conditions"]), resumed["conditions"]  # fmt: skip
-    cluster.core.delete_namespace(a)
-    cluster.core.delete_namespace(b)

@@ -11,9 +11,13 @@ from typing import Any
 
 import pytest
 from integration.kueue.test_kueue_runs import condition, custom
+from kubernetes import client
 
 from dtjob_operator.kueue.workload import QUEUE_LABEL
 from helpers.crd import install_crd
+from helpers.jobs import GROUP as JOB_GROUP
+from helpers.jobs import PLURAL as JOB_PLURAL
+from helpers.jobs import VERSION as JOB_VERSION
 from helpers.jobs import (
     JobBuilder,
     create_job,
@@ -251,4 +255,26 @@ def test_suspend_gives_the_quota_back_and_resume_queues_again(cluster: Any, kueu
     st = wait_phase(cluster.api, ns, first, "Queued", timeout=60)
     assert any(c["reason"] == "WaitingForKueue" for c in st["conditions"]), st
     assert job_pods(cluster.core, ns, first) == []
+    cluster.core.delete_namespace(ns)
+
+
+@pytest.mark.usefixtures("operator")
+def test_a_job_deleted_while_admitted_gives_its_quota_back(cluster: Any, kueue: Kueue) -> None:
+    ns = create_namespace(cluster.core, "kd")
+    team_queue(cluster, ns, gpus=2)
+    first, second = unique("first"), unique("second")
+    create_job(cluster.api, ns, queued_job(first, 2, 1))
+    wait_pods_running(cluster.core, ns, first, 2)
+    create_job(cluster.api, ns, queued_job(second, 2, 1))
+    wait_phase(cluster.api, ns, second, "Queued")
+    client.CustomObjectsApi(cluster.api).delete_namespaced_custom_object(
+        JOB_GROUP, JOB_VERSION, ns, JOB_PLURAL, first
+    )
+    # The operator lets go of the Workload's finalizer: it goes, and Kueue admits the next.
+    wait_for(
+        lambda: not any(first in w["metadata"]["name"] for w in custom(cluster)
+                        .list_namespaced_custom_object(GROUP, VERSION, ns, "workloads")["items"]),
+        30, what="the deleted job's Workload gone",
+    )  # fmt: skip
+    wait_pods_running(cluster.core, ns, second, 2, timeout=60)
     cluster.core.delete_namespace(ns)

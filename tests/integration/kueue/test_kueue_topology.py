@@ -15,13 +15,14 @@ from integration.kueue.test_kueue_runs import custom
 
 from dtjob_operator.constants import LABEL_POD_SET_INDEX
 from helpers.jobs import create_job, job_pods, wait_phase, wait_pods_running
-from helpers.kube import create_namespace, unique
+from helpers.kube import unique, wait_for
 from helpers.kueue import GROUP, VERSION, Kueue
 
 pytestmark = [pytest.mark.integration]
 __all__ = ["operator"]  # the module's operator fixture, shared with test_kueue_jobs
 RACK = "topology.dtjob.test/rack"
 HOST = "kubernetes.io/hostname"
+UNFINISHED = "status.phase!=Succeeded,status.phase!=Failed"
 
 
 @pytest.fixture
@@ -34,12 +35,24 @@ def racks(cluster: Any) -> Iterator[dict[str, str]]:
         ).items
     )[:4]
     assert len(nodes) == 4, nodes
+    # Pods of earlier tests' namespaces may still be going: the racks must be empty.
+    wait_for(lambda: not gpu_pods_on(cluster.core, nodes), 90, what="no GPU pod on the racks")
     placed = {node: f"r{i // 2}" for i, node in enumerate(nodes)}
     for node, rack in placed.items():
         cluster.core.patch_node(node, {"metadata": {"labels": {RACK: rack}}})
     yield placed
     for node in placed:
         cluster.core.patch_node(node, {"metadata": {"labels": {RACK: None}}})
+
+
+def gpu_pods_on(core: Any, nodes: list[str]) -> list[str]:
+    """Unfinished pods holding GPUs on these nodes."""
+    pods = core.list_pod_for_all_namespaces(field_selector=UNFINISHED).items
+    return [
+        p.metadata.name for p in pods if p.spec.node_name in nodes
+        and any("nvidia.com/gpu" in ((c.resources and c.resources.requests) or {})
+                for c in p.spec.containers)
+    ]  # fmt: skip
 
 
 def topology_queue(cluster: Any, ns: str, gpus: int) -> str:
@@ -68,9 +81,9 @@ def topology_queue(cluster: Any, ns: str, gpus: int) -> str:
 
 @pytest.mark.usefixtures("operator")
 def test_a_gang_that_requires_a_rack_lands_in_one_rack_in_rank_order(
-    cluster: Any, kueue: Kueue, racks: dict[str, str]
+    cluster: Any, kueue: Kueue, racks: dict[str, str], namespace: str
 ) -> None:
-    ns = create_namespace(cluster.core, "kt")
+    ns = namespace
     topology_queue(cluster, ns, gpus=32)
     name = unique("packed")
     job = queued_job(name, 4, 3)  # 12 GPUs: two pods a host, two hosts of one rack
@@ -92,4 +105,3 @@ def test_a_gang_that_requires_a_rack_lands_in_one_rack_in_rank_order(
     admitted = next(c for c in running["conditions"] if c["type"] == "Admitted")
     assert f"worker placed by topology on {hosts[0]} x2, {hosts[2]} x2" in admitted["message"]
     assert len(job_pods(cluster.core, ns, name)) == 4
-    cluster.core.delete_namespace(ns)

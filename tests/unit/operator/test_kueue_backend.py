@@ -64,3 +64,27 @@ def test_the_priority_follows_kueues_order_of_sources() -> None:
     missing = priority_of({"kueue.x-k8s.io/priority-class": "nope"})
     assert "WorkloadPriorityClass nope, which does not exist" in missing
     assert "PriorityClass gone, which does not exist" in priority_of({}, pc="gone")
+
+
+class Finalizers:
+    """Records the finalizer patches the backend makes."""
+
+    def __init__(self) -> None:
+        self.set: list[tuple[str, list[str]]] = []
+
+    def set_workload_finalizers(self, workload: dict[str, Any], finalizers: list[str]) -> None:
+        self.set.append((workload["metadata"]["name"], finalizers))
+
+
+def a_workload(name: str, uid: str, *finalizers: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "ns", "finalizers": list(finalizers),
+                         "labels": {"kueue.x-k8s.io/job-uid": uid}}}  # fmt: skip
+
+
+def test_a_gone_jobs_workloads_lose_only_kueues_finalizer() -> None:
+    api = Finalizers()
+    backend = KueueBackend(api, OperatorSettings(), lambda: [])  # type: ignore[arg-type]
+    ours = "kueue.x-k8s.io/resource-in-use"
+    backend.let_go([a_workload("old", "u1", ours, "example.com/keep"),
+                    a_workload("done", "u2"), a_workload("live", "u3", ours)], "u3")  # fmt: skip
+    assert api.set == [("old", ["example.com/keep"])]
