@@ -29,6 +29,7 @@ from __future__ import annotations
 import copy
 import logging
 import threading
+import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -56,6 +57,8 @@ JobKey = tuple[str, str]
 
 UNFINISHED = "status.phase!=Succeeded,status.phase!=Failed"
 FINISHED_PHASES = ("Succeeded", "Failed")
+# How often a Kueue job's reconcile may look for Kueue's API when it was not served at start.
+WORKLOADS_PROBE_SECONDS = 60.0
 # The API server ends each watch after this; the informer resumes it from where it was.
 WATCH_SECONDS = 300
 
@@ -95,6 +98,8 @@ class Caches:
         self.quotas: Informer | None = None
         self.priority_classes: Informer | None = None
         self.workloads: list[Informer] = []
+        self._workload_options: dict[str, Any] = {}  # set once the informers are built
+        self._workloads_probed = float("-inf")
         self._unsettled: set[str] = set()
         self._written_jobs: dict[JobKey, str | None] = {}
         self._current_uids: dict[JobKey, str | None] = {}
@@ -191,24 +196,46 @@ class Caches:
         self.priority_classes = Informer(
             "priorityclasses", self.api.scheduling.list_priority_class, **common
         )
-        # Kueue's Workloads of our jobs (labelled with the job's name): Kueue's admission or
-        # eviction wakes the job at once instead of at its next resync. The reconcile still
-        # reads the Workload from the API server (kueue/backend.py): this is only the bell.
-        # Without Kueue installed there is nothing to watch (an informer would retry a 404
-        # forever); Kueue installed later is noticed at the operator's next start.
-        if settings.admission != "external" and self.api.serves_workloads(
-            namespaces[0] if namespaces else None
-        ):
-            wl_call = (
-                partial(self.api.custom.list_namespaced_custom_object, KUEUE_GROUP,
-                        KUEUE_VERSION, plural="workloads") if namespaces
-                else partial(self.api.custom.list_cluster_custom_object, KUEUE_GROUP,
-                             KUEUE_VERSION, "workloads")
-            )  # fmt: skip
-            self.workloads = [
-                Informer("kueue-workloads", wl_call, trim=trim_to_metadata, **owned, **s)
-                for s in scopes
-            ]
+        self._workload_options = {**owned, "trim": trim_to_metadata}
+        if settings.admission != "external":
+            self.workloads = self._workload_informers()
+
+    def _workload_informers(self) -> list[Informer]:
+        """Kueue's Workloads of our jobs (labelled with the job's name): Kueue's admission or
+        eviction wakes the job at once instead of at its next resync. The reconcile still
+        reads the Workload from the API server (kueue/backend.py): this is only the bell.
+        None where Kueue's API is not served: an informer would retry a 404 forever."""
+        namespaces = self.settings.namespaces
+        if not self.api.serves_workloads(namespaces[0] if namespaces else None):
+            return []
+        call = (
+            partial(self.api.custom.list_namespaced_custom_object, KUEUE_GROUP, KUEUE_VERSION,
+                    plural="workloads") if namespaces
+            else partial(self.api.custom.list_cluster_custom_object, KUEUE_GROUP, KUEUE_VERSION,
+                         "workloads")
+        )  # fmt: skip
+        scopes: list[dict[str, Any]] = [{"namespace": ns} for ns in namespaces] or [{}]
+        log.info("Kueue's Workload API is served: watching the jobs' Workloads")
+        return [Informer("kueue-workloads", call, **self._workload_options, **s) for s in scopes]
+
+    def watch_workloads_if_served(self) -> None:
+        """Kueue installed after the operator started: its Workloads are watched from the
+        first reconcile of a Kueue job that finds the API served (looked for at most once
+        a minute)."""
+        if self.workloads or not self._workload_options:
+            return
+        now = time.monotonic()
+        with self._lock:
+            if now - self._workloads_probed < WORKLOADS_PROBE_SECONDS:
+                return
+            self._workloads_probed = now
+        informers = self._workload_informers()
+        with self._lock:
+            if self.workloads or not informers:
+                return
+            self.workloads = informers
+        for informer in informers:
+            informer.start()
 
     @property
     def jobs_pods_hold_capacity(self) -> bool:

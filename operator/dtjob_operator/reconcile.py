@@ -306,6 +306,7 @@ class Reconciler:
             self.settings.admission == "kueue" or queue_of(job) is not None
         )
         if self.kueue is not None and queued_in_kueue and not terminal:
+            self.caches.watch_workloads_if_served()  # Kueue installed since the start
             admission, placements = self.kueue.view(job, pods)
             admission["kueue"] = True
         elif self.admission is not None:

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from helpers.kueue import GROUP, VERSION, Kueue, install_crds
-from helpers.realnode import E2E
+from helpers.realnode import E2E, RELEASE, RELEASE_NS
 
 pytestmark = [pytest.mark.e2e]
 QUEUE = "team"
@@ -71,3 +71,8 @@ def test_a_cpu_example_trains_to_succeeded_through_kueue(
     assert pods and all(
         p["metadata"]["labels"]["kueue.x-k8s.io/cluster-queue-name"] == cq for p in pods
     )
+    # The chart's operator started before Kueue's API existed here, or after it: either way
+    # it watches the Workloads now (what wakes a job at Kueue's admission).
+    logs = e2e.kubectl("logs", "-n", RELEASE_NS, "-l", f"app.kubernetes.io/instance={RELEASE}",
+                       "--tail=-1")  # fmt: skip
+    assert "watching the jobs' Workloads" in logs
