@@ -1,0 +1,110 @@
+"""Topology-aware placement of one gang (operator/admission/topology.py), table-driven:
+the best-fitting domain, required against preferred levels, rank order following the
+topology, fragmentation kept low over a sequence of gangs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from dtjob_operator.admission.fit import Node, PodDemand, place
+from dtjob_operator.admission.topology import GangPlacement, TopologyRequest, commit, place_gang
+
+GPU = "nvidia.com/gpu"
+BLOCK, RACK, HOST = "example.com/block", "example.com/rack", "kubernetes.io/hostname"
+LEVELS = (BLOCK, RACK, HOST)
+
+
+def node(name: str, rack: str | None, free: int, block: str | None = "b0", gpus: int = 8) -> Node:
+    labels = {HOST: name}
+    if rack is not None:
+        labels[RACK] = rack
+    if block is not None:
+        labels[BLOCK] = block
+    return Node(name, {GPU: gpus}, {GPU: free}, labels)
+
+
+def gang(pods: int, gpus: int) -> list[PodDemand]:
+    return [PodDemand({GPU: gpus}) for _ in range(pods)]
+
+
+def two_racks(free_a: tuple[int, int] = (8, 8), free_b: tuple[int, int] = (8, 8)) -> list[Node]:
+    return [node("a0", "ra", free_a[0]), node("a1", "ra", free_a[1]),
+            node("b0", "rb", free_b[0]), node("b1", "rb", free_b[1])]  # fmt: skip
+
+
+CASES: list[tuple[str, list[Node], list[PodDemand], Any, tuple[str, ...] | None]] = [
+    # (why, nodes, gang, request, expected nodes in rank order; None: no placement)
+    ("best fit: the rack with the least room that holds it, keeping the other whole",
+     two_racks(free_a=(4, 4)), gang(2, 4), TopologyRequest(RACK, True), ("a0", "a1")),
+    ("ranks follow hosts: consecutive ranks share a host",
+     two_racks(), gang(4, 4), TopologyRequest(RACK, True), ("a0", "a0", "a1", "a1")),
+    ("required: a gang no rack holds has no placement",
+     two_racks(free_a=(8, 4), free_b=(4, 8)), gang(3, 8), TopologyRequest(RACK, True), None),
+    ("preferred: a gang no rack holds spreads, roomiest rack first, ranks in runs",
+     two_racks(free_a=(8, 4), free_b=(8, 8)), gang(3, 8), TopologyRequest(RACK, False),
+     ("b0", "b1", "a0")),
+    ("no request: the lowest level that holds it (one host)",
+     two_racks(free_a=(8, 6), free_b=(8, 8)), gang(3, 2), None, ("a1", "a1", "a1")),
+    ("no request: a rack before the cluster",
+     two_racks(free_a=(8, 4), free_b=(8, 8)), gang(2, 8), None, ("b0", "b1")),
+    ("a node without the level's label is in no domain of it",
+     [node("a0", "ra", 8), node("x0", None, 8)], gang(2, 8), TopologyRequest(RACK, True),
+     None),
+    ("... but takes ranks of a gang spread over the cluster",
+     [node("a0", "ra", 8), node("x0", None, 8)], gang(2, 8), None, ("a0", "x0")),
+    ("a selector is honoured inside the domain",
+     [node("a0", "ra", 8), node("a1", "ra", 8)],
+     [PodDemand({GPU: 8}, {HOST: "a1"})], TopologyRequest(RACK, True), ("a1",)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("why", "nodes", "pods", "request_", "expected"), CASES,
+                         ids=[c[0] for c in CASES])  # fmt: skip
+def test_placement(
+    why: str, nodes: list[Node], pods: list[PodDemand], request_: Any,
+    expected: tuple[str, ...] | None,
+) -> None:  # fmt: skip
+    placed = place_gang(pods, nodes, LEVELS, request_)
+    assert (placed.nodes if placed else None) == expected, why
+
+
+def test_the_smallest_domain_holding_the_gang_is_named() -> None:
+    nodes = two_racks()
+    assert place_gang(gang(2, 8), nodes, LEVELS, TopologyRequest(RACK, True)) == GangPlacement(
+        ("a0", "a1"), (RACK, "ra")
+    )
+    one_host = place_gang(gang(2, 4), nodes, LEVELS)
+    assert one_host is not None and one_host.domain == (HOST, "a0")
+    spread = [node("a0", "ra", 8, block="b0"), node("c0", "rc", 8, block="b1")]
+    across = place_gang(gang(2, 8), spread, LEVELS, TopologyRequest(RACK, False))
+    assert across is not None and across.domain is None  # two blocks: no common domain
+
+
+def test_best_fit_keeps_room_whole_where_first_fit_strands_a_large_gang() -> None:
+    """One host half used: a 4-GPU gang goes there, and an 8-GPU gang still finds a whole
+    host. First fit (nodes in name order) takes the empty host for the small gang first."""
+
+    def run(packer: str) -> list[bool]:
+        nodes = [node("n0", "r0", 8), node("n1", "r0", 4)]
+        fits = []
+        for pods in (gang(1, 4), gang(1, 8)):
+            if packer == "topology":
+                placed = place_gang(pods, nodes, LEVELS)
+                if placed is not None:
+                    commit(placed, pods, nodes)
+                fits.append(placed is not None)
+            else:
+                fits.append(place(pods, nodes))
+        return fits
+
+    assert run("topology") == [True, True]
+    assert run("first-fit") == [True, False]  # the fragmentation the topology packer avoids
+
+
+def test_a_parameter_server_and_workers_stay_in_rank_order_across_hosts() -> None:
+    nodes = [node("a0", "ra", 8), node("a1", "ra", 8)]
+    pods = [*gang(3, 4), PodDemand({GPU: 0, "cpu": 4000})]  # workers first, then the ps
+    placed = place_gang(pods, nodes, LEVELS, TopologyRequest(RACK, True))
+    assert placed is not None and placed.nodes[:3] in (("a0", "a0", "a1"), ("a1", "a1", "a0"))
