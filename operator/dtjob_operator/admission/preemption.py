@@ -8,7 +8,7 @@ first), so no job is suspended for nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 from dtjob_operator.admission.snapshot import JobView
@@ -40,3 +40,26 @@ def select_victims(
         if rest and fits_without(rest):
             chosen = rest
     return chosen
+
+
+def select_victims_in_a_domain(
+    job: JobView,
+    admitted: Sequence[V],
+    domains: Mapping[str, frozenset[str]],
+    fits_without: Callable[[Sequence[V]], bool],
+) -> list[V] | None:
+    """Topology-aware victims: for a gang that must sit inside one domain (`domains`: the
+    domains of its level, each a set of node names), only jobs holding pods in one domain
+    are candidates, domain by domain; the domain whose victims are the cheapest (the
+    lowest top priority among them, then the fewest) is chosen. Room freed across several
+    domains never counts: no job is preempted for room the gang could not use."""
+    best: tuple[tuple[int, int], list[V]] | None = None
+    for nodes in domains.values():
+        pool = [j for j in admitted if any(node in nodes for node, _ in j.held)]
+        chosen = select_victims(job, pool, fits_without)
+        if not chosen:
+            continue
+        cost = (max(v.priority for v in chosen), len(chosen))
+        if best is None or cost < best[0]:
+            best = (cost, chosen)
+    return best[1] if best is not None else None

@@ -11,7 +11,7 @@ from unit.operator.builders import T0, a_job, a_pod, at, iso
 
 from dtjob_operator.admission.decide import decide
 from dtjob_operator.admission.fit import Node, PodDemand, Quota, place, tolerates
-from dtjob_operator.admission.preemption import select_victims
+from dtjob_operator.admission.preemption import select_victims, select_victims_in_a_domain
 from dtjob_operator.admission.queue import in_queue_order, positions
 from dtjob_operator.admission.resources import (
     CPU,
@@ -355,6 +355,28 @@ def test_select_victims_gives_reprieves() -> None:
 
     assert select_victims(high, [low, big], fits) == [big]
     assert select_victims(high, [low], fits) is None
+
+
+def test_victims_are_chosen_inside_one_domain() -> None:
+    """A gang that needs 8 GPUs inside one rack. Rack 1 holds one job of 8 GPUs; rack 2
+    two newer jobs of 4. Newest first, the plain order stops two jobs; domain by domain,
+    one job frees a whole rack."""
+    a = view("a", 1, 8, priority=1, created=1, admitted=True, held=(("r1-n", {GPU: 8}),))
+    b = view("b", 1, 4, priority=1, created=2, admitted=True, held=(("r2-n", {GPU: 4}),))
+    d = view("d", 1, 4, priority=1, created=3, admitted=True, held=(("r2-n", {GPU: 4}),))
+    high = view("high", 1, 8, priority=10)
+    racks = {"r1": frozenset({"r1-n"}), "r2": frozenset({"r2-n"})}
+
+    def fits(victims: Sequence[JobView]) -> bool:  # 8 GPUs freed on one rack's node
+        freed: dict[str, int] = {}
+        for v in victims:
+            for node, requests in v.held:
+                freed[str(node)] = freed.get(str(node), 0) + requests[GPU]
+        return max(freed.values(), default=0) >= 8
+
+    assert select_victims(high, [a, b, d], fits) == [d, b]
+    assert select_victims_in_a_domain(high, [a, b, d], racks, fits) == [a]
+    assert select_victims_in_a_domain(high, [b], racks, fits) is None  # 4 GPUs: not enough
 
 
 # -- snapshot from API objects --------------------------------------------------------------
