@@ -98,6 +98,13 @@ class OperatorSettings(BaseSettings):
     ResourceQuota and the Ready nodes (docs/admission.md), and leaves a job labelled
     kueue.x-k8s.io/queue-name to Kueue (docs/kueue.md); "kueue" sends every job to Kueue;
     "external" leaves admission to someone else, who holds jobs with spec.suspend."""
+    topology_levels: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["topology.kubernetes.io/zone", "kubernetes.io/hostname"]
+    )
+    """The cluster's topology as node labels, highest level first
+    (DTJOB_TOPOLOGY_LEVELS="network.example.com/block,network.example.com/rack,
+    kubernetes.io/hostname"): the built-in admission packs each gang into the smallest
+    domain that holds it, and spec.placement.topology names one of these levels."""
     kueue_default_queue: str = Field(default="", pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$")
     """admission "kueue": the LocalQueue of a job without the kueue.x-k8s.io/queue-name
     label; empty: such a job waits, its status saying to set the label."""
@@ -157,7 +164,8 @@ class OperatorSettings(BaseSettings):
     Empty (the default; the chart never sets it) turns it off."""
 
     @field_validator(
-        "namespaces", "allowed_capabilities", "allowed_priority_classes", mode="before"
+        "namespaces", "allowed_capabilities", "allowed_priority_classes", "topology_levels",
+        mode="before",
     )
     @classmethod
     def _split_list(cls, value: object) -> object:
