@@ -164,7 +164,10 @@ class OperatorSettings(BaseSettings):
     Empty (the default; the chart never sets it) turns it off."""
 
     @field_validator(
-        "namespaces", "allowed_capabilities", "allowed_priority_classes", "topology_levels",
+        "namespaces",
+        "allowed_capabilities",
+        "allowed_priority_classes",
+        "topology_levels",
         mode="before",
     )
     @classmethod

@@ -33,6 +33,8 @@ class PodDemand:
     requests: Mapping[str, int]
     node_selector: Mapping[str, str] = field(default_factory=dict)
     tolerations: tuple[Mapping[str, Any], ...] = ()
+    node_name: str | None = None
+    """The node an admission's placement pinned the pod to (its node affinity), if any."""
 
 
 @dataclass
@@ -74,7 +76,9 @@ def tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Mapping[str, Any]
 
 
 def can_host(node: Node, pod: PodDemand, free: Mapping[str, int]) -> bool:
-    """Selector, taints and free resources all allow the pod on the node."""
+    """Pin, selector, taints and free resources all allow the pod on the node."""
+    if pod.node_name is not None and pod.node_name != node.name:
+        return False
     if any(node.labels.get(k) != v for k, v in pod.node_selector.items()):
         return False
     if not all(tolerates(pod.tolerations, t) for t in node.taints):

@@ -47,6 +47,8 @@ class Placement:
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
     scheduling_gates: tuple[str, ...] = ()
+    node_name: str | None = None
+    """The built-in admission's topology placement: the pod may run on this node only."""
 
 
 @dataclass(frozen=True)
@@ -226,6 +228,22 @@ def _with_update(placement: Placement, update: Mapping[str, Any], check: str) ->
     )
 
 
+def pinned(affinity: Mapping[str, Any] | None, node: str) -> dict[str, Any]:
+    """The pod's affinity with `node` required: a matchFields term on metadata.name ANDed
+    into every required term the template has (terms are ORed), or the only term."""
+    out = dict(affinity or {})
+    node_affinity = dict(out.get("nodeAffinity") or {})
+    required = dict(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    pin = {"key": "metadata.name", "operator": "In", "values": [node]}
+    terms = [dict(t) for t in required.get("nodeSelectorTerms") or []] or [{}]
+    for term in terms:
+        term["matchFields"] = [*(term.get("matchFields") or []), pin]
+    required["nodeSelectorTerms"] = terms
+    node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = required
+    out["nodeAffinity"] = node_affinity
+    return out
+
+
 def place(pod: dict[str, Any], placement: Placement) -> dict[str, Any]:
     """The pod manifest with the placement merged in; the pod's own node selector keys
     keep their values for flavor labels, and a conflicting admission-check value raises."""
@@ -244,6 +262,8 @@ def place(pod: dict[str, Any], placement: Placement) -> dict[str, Any]:
         spec["schedulingGates"] = own_gates + [
             {"name": g} for g in placement.scheduling_gates if {"name": g} not in own_gates
         ]
+    if placement.node_name is not None:
+        spec["affinity"] = pinned(spec.get("affinity"), placement.node_name)
     if not spec["nodeSelector"]:
         del spec["nodeSelector"]
     if not spec["tolerations"]:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from dtjob_operator.kueue.verdict import (
+    Placement,
     PlacementConflict,
     admitted_message,
     flavors_of,
@@ -156,3 +157,23 @@ def test_pods_placed_by_topology_are_gated_annotated_and_indexed_for_the_ungater
     # Without a topology assignment nothing is gated, and no index label is added.
     plain = placements(workload(admission=ADMISSION), FLAVORS)["worker"]
     assert plain.scheduling_gates == () and indexed(plain, "x", 1) == plain
+
+
+def test_a_pinned_pod_runs_on_its_node_only_and_keeps_its_own_terms() -> None:
+    own = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["h100"]}]},
+            {"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["h200"]}]},
+        ]}}}  # fmt: skip
+    pod = {"metadata": {"name": "j-worker-0"}, "spec": {"affinity": own, "containers": []}}
+    placed = place(pod, Placement(node_name="gpu-7"))
+    terms = placed["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]  # fmt: skip
+    pin = {"key": "metadata.name", "operator": "In", "values": ["gpu-7"]}
+    assert [t["matchFields"] for t in terms] == [[pin], [pin]]  # ANDed into each ORed term
+    assert [t["matchExpressions"][0]["values"] for t in terms] == [["h100"], ["h200"]]
+    bare = place({"metadata": {"name": "p"}, "spec": {}}, Placement(node_name="gpu-7"))
+    assert bare["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"] == {"nodeSelectorTerms": [
+            {"matchFields": [pin]}]}  # fmt: skip
+    assert "matchFields" not in str(own)  # the template is left as it was

@@ -108,3 +108,10 @@ def test_a_parameter_server_and_workers_stay_in_rank_order_across_hosts() -> Non
     pods = [*gang(3, 4), PodDemand({GPU: 0, "cpu": 4000})]  # workers first, then the ps
     placed = place_gang(pods, nodes, LEVELS, TopologyRequest(RACK, True))
     assert placed is not None and placed.nodes[:3] in (("a0", "a0", "a1"), ("a1", "a1", "a0"))
+
+
+def test_a_pinned_pod_holds_room_on_its_node_only() -> None:
+    nodes = [node("a0", "ra", 8), node("a1", "ra", 8)]
+    assert place([PodDemand({GPU: 8}, node_name="a1")], nodes)
+    assert nodes[0].free[GPU] == 8 and nodes[1].free[GPU] == 0
+    assert not place([PodDemand({GPU: 1}, node_name="a1")], nodes, commit=False)
