@@ -196,9 +196,11 @@ class Caches:
         self.priority_classes = Informer(
             "priorityclasses", self.api.scheduling.list_priority_class, **common
         )
-        self._workload_options = {**owned, "trim": trim_to_metadata}
+        # Kueue's Workloads are watched from the first reconcile of a Kueue job, not from
+        # here: the start never waits on (or fails with) a probe of an API that may be
+        # missing or, in an outage, unreachable.
         if settings.admission != "external":
-            self.workloads = self._workload_informers()
+            self._workload_options = {**owned, "trim": trim_to_metadata}
 
     def _workload_informers(self) -> list[Informer]:
         """Kueue's Workloads of our jobs (labelled with the job's name): Kueue's admission or
@@ -219,9 +221,9 @@ class Caches:
         return [Informer("kueue-workloads", call, **self._workload_options, **s) for s in scopes]
 
     def watch_workloads_if_served(self) -> None:
-        """Kueue installed after the operator started: its Workloads are watched from the
-        first reconcile of a Kueue job that finds the API served (looked for at most once
-        a minute)."""
+        """Kueue's Workloads are watched from the first reconcile of a Kueue job that finds
+        their API served (looked for at most once a minute: Kueue may be installed, or the
+        API server reachable again, later)."""
         if self.workloads or not self._workload_options:
             return
         now = time.monotonic()

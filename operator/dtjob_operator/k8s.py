@@ -384,8 +384,9 @@ class KubeApi:
         )  # fmt: skip
 
     def serves_workloads(self, namespace: str | None) -> bool:
-        """Whether Kueue's Workload API is installed (and readable): one list of at most
-        one item, in `namespace` or cluster-wide."""
+        """Whether Kueue's Workload API is installed and readable now: one list of at most
+        one item, in `namespace` or cluster-wide. Any failure (not installed, no grant, an
+        outage) is a no: the caller asks again later."""
         args = (KUEUE_GROUP, KUEUE_VERSION)
         try:
             if namespace:
@@ -393,9 +394,13 @@ class KubeApi:
             else:
                 self.custom.list_cluster_custom_object(*args, "workloads", limit=1)
         except ApiException as exc:
-            if exc.status in (403, 404):
-                return False
-            raise
+            if exc.status not in (403, 404):
+                log.info("Kueue's Workload API not readable now (%s); asking again later",
+                         exc.status)  # fmt: skip
+            return False
+        except TRANSPORT_ERRORS as exc:
+            log.info("Kueue's Workload API not reachable now (%s); asking again later", exc)
+            return False
         return True
 
     def list_job_workloads(self, namespace: str, job_name: str) -> list[Obj]:
@@ -406,7 +411,7 @@ class KubeApi:
                 label_selector=f"{LABEL_JOB_NAME}={job_name}", _preload_content=False,
             )  # fmt: skip
         except ApiException as exc:
-            if exc.status == 404:
+            if exc.status in (403, 404):  # no Kueue here, or no grant to read its Workloads
                 return []
             raise
         items: list[Obj] = json.loads(cast(Any, resp).data).get("items") or []
