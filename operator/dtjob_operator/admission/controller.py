@@ -370,6 +370,7 @@ class AdmissionController:
             ),
             now=datetime.now(UTC),
             requests_of=self._requests_memo(),
+            topology_levels=s.topology_levels,
         )
 
     def _requests_memo(self) -> Callable[[Obj], Resources]:

@@ -8,7 +8,7 @@ Quota per namespace and the Ready nodes with their free allocatable.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -22,6 +22,7 @@ from dtjob_operator.admission.resources import (
     quota_amounts,
     subtract,
 )
+from dtjob_operator.admission.topology import TopologyRequest
 from dtjob_operator.builders import Job, build_pods
 from dtjob_operator.constants import (
     CONDITION_ADMITTED,
@@ -69,6 +70,10 @@ class JobView:
     restarted: int | None = None
     """The gang generation of an admitted restarted gang that is not created yet while
     no pod of an older one is left: the pass checks it against the capacity of now."""
+    pod_names: tuple[str, ...] = ()
+    """The names of the gang's pods, in rank order (as `gang`)."""
+    topology: TopologyRequest | None = None
+    """spec.placement.topology: the level the gang is packed into."""
 
     @property
     def need(self) -> Resources:
@@ -89,6 +94,8 @@ class Snapshot:
     nodes: list[Node]
     now: datetime
     namespaces_used: dict[str, Resources] = field(default_factory=dict)
+    topology_levels: tuple[str, ...] = ()
+    """The cluster's topology as node labels, highest level first (settings)."""
 
 
 def gang_pods(job: Obj, settings: OperatorSettings) -> list[GangPod] | None:
@@ -134,6 +141,33 @@ def requeue_not_before(
         return None
     delay = min(base_seconds * 2 ** min(requeues - 1, 32), max_seconds)
     return last + timedelta(seconds=delay)
+
+
+def topology_request(job: Obj) -> TopologyRequest | None:
+    """spec.placement.topology as a request (the API validated it: one of the two)."""
+    topology = ((job.get("spec") or {}).get("placement") or {}).get("topology") or {}
+    for key, required in (("required", True), ("preferred", False)):
+        if topology.get(key):
+            return TopologyRequest(str(topology[key]), required)
+    return None
+
+
+def pinned_node(pod: Obj) -> str | None:
+    """The node an admission's placement pinned the pod to: a `metadata.name In [node]`
+    field term in every required node affinity term (kueue/verdict.pinned)."""
+    affinity = ((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
+    required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    names: set[str] | None = None
+    for term in required.get("nodeSelectorTerms") or []:
+        pins = {
+            str(value)
+            for field_ in term.get("matchFields") or []
+            if field_.get("key") == "metadata.name" and field_.get("operator") == "In"
+            and len(field_.get("values") or []) == 1
+            for value in field_["values"]
+        }  # fmt: skip
+        names = pins if names is None else names & pins
+    return next(iter(names)) if names and len(names) == 1 else None
 
 
 def _owned(pod: Obj, uid: object) -> bool:
@@ -210,6 +244,7 @@ def build_snapshot(
     not_before: Callable[[Obj], datetime | None],
     now: datetime,
     requests_of: Callable[[Obj], Resources] | None = None,
+    topology_levels: Sequence[str] = (),
 ) -> Snapshot:
     """Fold the listed objects into a Snapshot (see the module docstring). `requests_of`
     gives a pod's requests (pod_requests of its spec unless given: the controller memoises
@@ -261,7 +296,8 @@ def build_snapshot(
         view = job_view(job, by_job, priority_classes, gang_of, admitted, not_before, requests)
         if view is not None:
             views.append(view)
-    return Snapshot(jobs=views, quotas=folded, nodes=ready_nodes, now=now, namespaces_used=ns_used)
+    return Snapshot(jobs=views, quotas=folded, nodes=ready_nodes, now=now, namespaces_used=ns_used,
+                    topology_levels=tuple(topology_levels))  # fmt: skip
 
 
 def job_view(
@@ -320,8 +356,9 @@ def job_view(
         missing=()
         if status.get("phase") == JobPhase.RUNNING.value
         else tuple(g.demand for g in gang if g.name not in current),
+        # A created pod waiting for the scheduler holds room where it was pinned, if it was.
         unscheduled=tuple(
-            g.demand
+            replace(g.demand, node_name=pinned_node(current[g.name]))
             for g in gang
             if g.name in current
             and _live(current[g.name])
@@ -332,4 +369,6 @@ def job_view(
             for p in live
         ),
         restarted=restarted,
+        pod_names=tuple(g.name for g in gang),
+        topology=topology_request(job),
     )

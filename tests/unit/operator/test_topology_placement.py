@@ -9,7 +9,10 @@ from typing import Any
 import pytest
 
 from dtjob_operator.admission.fit import Node, PodDemand, place
+from dtjob_operator.admission.snapshot import pinned_node, topology_request
 from dtjob_operator.admission.topology import GangPlacement, TopologyRequest, commit, place_gang
+from dtjob_operator.kueue.verdict import Placement
+from dtjob_operator.kueue.verdict import place as place_pod
 
 GPU = "nvidia.com/gpu"
 BLOCK, RACK, HOST = "example.com/block", "example.com/rack", "kubernetes.io/hostname"
@@ -115,3 +118,25 @@ def test_a_pinned_pod_holds_room_on_its_node_only() -> None:
     assert place([PodDemand({GPU: 8}, node_name="a1")], nodes)
     assert nodes[0].free[GPU] == 8 and nodes[1].free[GPU] == 0
     assert not place([PodDemand({GPU: 1}, node_name="a1")], nodes, commit=False)
+
+
+def test_a_pin_written_into_a_pod_reads_back() -> None:
+    terms = [{"matchExpressions": [{"key": k, "operator": "Exists"}]} for k in ("gpu", "tpu")]
+    own = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": terms}}}  # fmt: skip
+    pod = place_pod(
+        {"metadata": {"name": "p"}, "spec": {"affinity": own}}, Placement(node_name="n7")
+    )
+    assert pinned_node(pod) == "n7"
+    assert pinned_node({"spec": {"affinity": own}}) is None
+    assert pinned_node({"spec": {}}) is None
+
+
+def test_the_topology_request_is_read_from_the_spec() -> None:
+    assert topology_request({"spec": {"placement": {"topology": {"required": RACK}}}}) == (
+        TopologyRequest(RACK, True)
+    )
+    assert topology_request({"spec": {"placement": {"topology": {"preferred": BLOCK}}}}) == (
+        TopologyRequest(BLOCK, False)
+    )
+    assert topology_request({"spec": {}}) is None
