@@ -26,6 +26,7 @@ from dtjob_operator.admission import messages
 from dtjob_operator.admission.fit import (
     GangShape,
     Node,
+    PodDemand,
     Quota,
     empty_nodes,
     gang_shape,
@@ -33,10 +34,11 @@ from dtjob_operator.admission.fit import (
     place_on_empty,
     quota_shortfall,
 )
-from dtjob_operator.admission.preemption import select_victims
+from dtjob_operator.admission.preemption import select_victims, select_victims_in_a_domain
 from dtjob_operator.admission.queue import in_queue_order, positions
 from dtjob_operator.admission.resources import add, subtract
 from dtjob_operator.admission.snapshot import JobView, Snapshot
+from dtjob_operator.admission.topology import TopologyRequest, commit, place_gang
 from dtjob_operator.constants import (
     REASON_ADMITTED,
     REASON_INADMISSIBLE,
@@ -73,6 +75,10 @@ class Decisions:
     this pass checked (with its old pods gone). Only then does the reconcile create it."""
     keys: dict[str, tuple[str, str]] = field(default_factory=dict)
     """uid -> (namespace, name) of every job mentioned above."""
+    placements: dict[str, dict[str, str]] = field(default_factory=dict)
+    """uid -> pod name -> node, for the pods this pass placed and that do not exist yet
+    (admitted now, reserved by an admitted gang, or a refitted restarted gang): the pods
+    are created pinned there (docs/design/topology-admission.md)."""
 
     @property
     def admitted(self) -> list[str]:
@@ -84,11 +90,12 @@ def decide(snapshot: Snapshot, *, preemption: bool) -> Decisions:
     quotas = {ns: Quota(dict(q.hard), dict(q.room)) for ns, q in snapshot.quotas.items()}
     nodes = [Node(n.name, n.allocatable, dict(n.free), n.labels, n.taints) for n in snapshot.nodes]
     admitted = [j for j in snapshot.jobs if j.admitted]
+    levels = snapshot.topology_levels
     result = Decisions()
     # Restarted gangs first: what they held is gone, so they are placed on what is free
     # now before the reservations of gangs still being created.
     for job in in_queue_order(j for j in admitted if j.restarted is not None):
-        if (why := _refit(job, quotas, nodes)) is not None:
+        if (why := _refit(job, quotas, nodes, levels, result)) is not None:
             result.keys[job.uid] = job.key
             result.release[job.uid] = Verdict(False, why[0], messages.no_longer_fits(why[1]))
             result.release_generation[job.uid] = job.restarted or 0
@@ -101,10 +108,18 @@ def decide(snapshot: Snapshot, *, preemption: bool) -> Decisions:
         if job.namespace in quotas and job.missing:
             q = quotas[job.namespace]
             q.room = subtract(q.room, add(*(p.requests for p in job.missing)))
-        pending = [*job.missing, *job.unscheduled]
-        if pending and not place(pending, nodes):
-            for pod in pending:  # a gang that cannot be placed still holds what it can
+        # Created pods wait where they were pinned (or anywhere they fit, if they were not);
+        # the pods not created yet are placed as a gang, and will be created there.
+        if job.unscheduled and not place(list(job.unscheduled), nodes):
+            for pod in job.unscheduled:  # a gang that cannot be placed still holds what it can
                 place([pod], nodes)
+        if job.missing:
+            where = _placed(job.missing, job.missing_names, nodes, levels, job.topology)
+            if where is not None:
+                result.placements[job.uid] = where
+            else:
+                for pod in job.missing:
+                    place([pod], nodes)
     # A namespace where preempted (or timed-out) jobs still hold pods preempts nobody
     # else until they are gone: their pods are about to free the room.
     releasing = {j.namespace for j in snapshot.jobs if not j.admitted and j.held}
@@ -132,14 +147,18 @@ def decide(snapshot: Snapshot, *, preemption: bool) -> Decisions:
     return result
 
 
+# Gangs of one shape and one topology request fit (or not) on the same nodes.
+ShapeKey = tuple[GangShape, TopologyRequest | None]
+
+
 @dataclass
 class _Pass:
     """Memos of one pass. Nodes only lose room during a pass, so a gang shape that found no
     placement stays without one; whether a shape fits the empty nodes never changes."""
 
     empty: list[Node]
-    fits_empty: dict[GangShape, bool] = field(default_factory=dict)
-    no_room: set[GangShape] = field(default_factory=set)
+    fits_empty: dict[ShapeKey, bool] = field(default_factory=dict)
+    no_room: set[ShapeKey] = field(default_factory=set)
 
 
 def _judge(
@@ -155,13 +174,16 @@ def _judge(
     ctx: _Pass,
 ) -> tuple[str, str]:
     need = job.need
-    shape = gang_shape(job.gang)
+    levels = snapshot.topology_levels
+    shape = (gang_shape(job.gang), job.topology)
     quota = quotas.get(job.namespace)
     if quota is not None and (short := quota_shortfall(need, quota.hard)):
         return REASON_INADMISSIBLE, messages.quota_never(job.namespace, need, quota, short)
     if shape not in ctx.fits_empty:
-        ctx.fits_empty[shape] = place(job.gang, ctx.empty, commit=False)
+        ctx.fits_empty[shape] = place_gang(job.gang, ctx.empty, levels, job.topology) is not None
     if not ctx.fits_empty[shape]:
+        if job.topology is not None and job.topology.required and place_on_empty(job.gang, nodes):
+            return REASON_INADMISSIBLE, messages.topology_never(job.gang, nodes, job.topology.level)
         return REASON_INADMISSIBLE, messages.capacity_never(job.gang, nodes)
     if job.not_before is not None and snapshot.now < job.not_before:
         seconds = (job.not_before - snapshot.now).total_seconds()
@@ -170,7 +192,12 @@ def _judge(
     if job.namespace in blocked:
         return REASON_WAITING_FOR_ADMISSION, messages.behind(*_blocker(blocked[job.namespace]))
     short = quota_shortfall(need, quota.room) if quota is not None else []
-    if not short and shape not in ctx.no_room and place(job.gang, nodes):
+    where = (
+        _placed(job.gang, job.pod_names, nodes, levels, job.topology)
+        if not short and shape not in ctx.no_room else None
+    )  # fmt: skip
+    if where is not None:
+        result.placements[job.uid] = where
         if quota is not None:
             quota.room = subtract(quota.room, need)
         return REASON_ADMITTED, "the whole gang fits; its pods may be created"
@@ -183,7 +210,15 @@ def _judge(
     )
     blocked[job.namespace] = f"{job.name}\0{why}"
     if preemption and job.can_preempt and job.namespace not in releasing:
-        victims = select_victims(job, admitted, lambda vs: _fits_without(job, vs, quota, nodes))
+
+        def fits(vs: Sequence[JobView]) -> bool:
+            return _fits_without(job, vs, quota, nodes, levels)
+
+        if job.topology is not None and job.topology.required:
+            domains = _domains(nodes, job.topology.level)
+            victims = select_victims_in_a_domain(job, admitted, domains, fits)
+        else:
+            victims = select_victims(job, admitted, fits)
         if victims:
             releasing.add(job.namespace)
             for v in victims:
@@ -195,9 +230,15 @@ def _judge(
     return REASON_WAITING_FOR_ADMISSION, why
 
 
-def _refit(job: JobView, quotas: dict[str, Quota], nodes: list[Node]) -> tuple[str, str] | None:
-    """None when the restarted gang still fits (its quota share and nodes are then taken);
-    else the reason and message of why not."""
+def _refit(
+    job: JobView,
+    quotas: dict[str, Quota],
+    nodes: list[Node],
+    levels: Sequence[str],
+    result: Decisions,
+) -> tuple[str, str] | None:
+    """None when the restarted gang still fits (its quota share and nodes are then taken,
+    and its placement recorded); else the reason and message of why not."""
     quota = quotas.get(job.namespace)
     if quota is not None and (short := quota_shortfall(job.need, quota.hard)):
         return REASON_INADMISSIBLE, messages.quota_never(job.namespace, job.need, quota, short)
@@ -206,13 +247,31 @@ def _refit(job: JobView, quotas: dict[str, Quota], nodes: list[Node]) -> tuple[s
         return REASON_WAITING_FOR_ADMISSION, messages.quota_short(
             job.namespace, job.need, quota, short
         )
-    if not place(job.gang, nodes):
+    where = _placed(job.gang, job.pod_names, nodes, levels, job.topology)
+    if where is None:
         if not place_on_empty(job.gang, nodes):
             return REASON_INADMISSIBLE, messages.capacity_never(job.gang, nodes)
         return REASON_WAITING_FOR_ADMISSION, messages.capacity_short(job.gang, nodes)
+    result.placements[job.uid] = where
     if quota is not None:
         quota.room = subtract(quota.room, job.need)
     return None
+
+
+def _placed(
+    pods: Sequence[PodDemand],
+    names: Sequence[str],
+    nodes: Sequence[Node],
+    levels: Sequence[str],
+    request: TopologyRequest | None,
+) -> dict[str, str] | None:
+    """The pods placed by topology (topology.py) and taken off the nodes: name -> node."""
+    placement = place_gang(pods, nodes, levels, request)
+    if placement is None:
+        return None
+    commit(placement, pods, nodes)
+    keys = names if len(names) == len(pods) else [str(i) for i in range(len(pods))]
+    return dict(zip(keys, placement.nodes, strict=True))
 
 
 def _blocker(entry: str) -> tuple[str, str]:
@@ -220,8 +279,20 @@ def _blocker(entry: str) -> tuple[str, str]:
     return name, why
 
 
+def _domains(nodes: Sequence[Node], level: str) -> dict[str, frozenset[str]]:
+    out: dict[str, set[str]] = {}
+    for node in nodes:
+        if level in node.labels:
+            out.setdefault(node.labels[level], set()).add(node.name)
+    return {value: frozenset(names) for value, names in out.items()}
+
+
 def _fits_without(
-    job: JobView, victims: Sequence[JobView], quota: Quota | None, nodes: Sequence[Node]
+    job: JobView,
+    victims: Sequence[JobView],
+    quota: Quota | None,
+    nodes: Sequence[Node],
+    levels: Sequence[str] = (),
 ) -> bool:
     """Would the job fit if the victims' pods and reservations were gone?"""
     if quota is not None:
@@ -239,4 +310,4 @@ def _fits_without(
         Node(n.name, n.allocatable, add(n.free, freed_on.get(n.name, {})), n.labels, n.taints)
         for n in nodes
     ]
-    return place(job.gang, trial, commit=False)
+    return place_gang(job.gang, trial, levels, job.topology) is not None

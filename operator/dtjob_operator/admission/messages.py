@@ -86,6 +86,26 @@ def capacity_never(gang: Sequence[PodDemand], nodes: Sequence[Node]) -> str:
     )
 
 
+def topology_never(gang: Sequence[PodDemand], nodes: Sequence[Node], level: str) -> str:
+    """Even empty, no domain of the required level could hold the gang."""
+    device = accelerator(gang)
+    domains: dict[str, int] = {}
+    for node in usable_nodes(gang, nodes):
+        if level in node.labels:
+            value = node.labels[level]
+            domains[value] = domains.get(value, 0) + node.allocatable.get(device, 0)
+    if not domains:
+        return (
+            f"can never be admitted: spec.placement.topology.required names {level}, and no "
+            f"Ready node it may use carries that label"
+        )
+    return (
+        f"can never be admitted: needs {_gang_shape(gang, device)} inside one {level} "
+        f"(spec.placement.topology.required), and none of the {len(domains)} could hold them "
+        f"even if empty (largest: {max(domains.values())} {device})"
+    )
+
+
 def behind(blocker: str, reason: str) -> str:
     """Strict order within a namespace: a job that fits still waits for the one ahead."""
     return f"waiting behind job {blocker}, which is first in line ({reason})"

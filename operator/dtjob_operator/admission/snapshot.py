@@ -72,6 +72,8 @@ class JobView:
     no pod of an older one is left: the pass checks it against the capacity of now."""
     pod_names: tuple[str, ...] = ()
     """The names of the gang's pods, in rank order (as `gang`)."""
+    missing_names: tuple[str, ...] = ()
+    """The names of the `missing` pods (as `missing`)."""
     topology: TopologyRequest | None = None
     """spec.placement.topology: the level the gang is packed into."""
 
@@ -332,6 +334,12 @@ def job_view(
     priority, can_preempt = priority_of((g.priority_class for g in gang), priority_classes)
     is_admitted_now = admitted(job)
     generation = int(restarts)
+    # A Running gang was complete: a pod missing now has finished (finished pods are not
+    # listed), so it reserves nothing.
+    absent = (
+        [] if status.get("phase") == JobPhase.RUNNING.value
+        else [g for g in gang if g.name not in current]
+    )  # fmt: skip
     restarted = (
         generation
         if is_admitted_now
@@ -351,11 +359,8 @@ def job_view(
         admitted=is_admitted_now,
         can_preempt=can_preempt,
         not_before=not_before(job),
-        # A Running gang was complete: a pod missing now has finished (finished pods are
-        # not listed), so it reserves nothing.
-        missing=()
-        if status.get("phase") == JobPhase.RUNNING.value
-        else tuple(g.demand for g in gang if g.name not in current),
+        missing=tuple(g.demand for g in absent),
+        missing_names=tuple(g.name for g in absent),
         # A created pod waiting for the scheduler holds room where it was pinned, if it was.
         unscheduled=tuple(
             replace(g.demand, node_name=pinned_node(current[g.name]))
