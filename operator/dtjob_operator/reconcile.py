@@ -319,6 +319,8 @@ class Reconciler:
             }
             if view.reason:
                 admission["admission_reason"] = view.reason
+            # Pods not created yet go where the admission placed them (pinned to the node).
+            placements = {pod: Placement(node_name=node) for pod, node in view.placements.items()}
             if view.refit_pending:
                 admission["refit_pending"] = True
                 self.admission.request()  # the check it waits for (timer passes may sleep)

@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -70,6 +70,8 @@ class AdmissionView:
     refit_pending: bool = False
     """An admitted gang restarted after a failure that no pass has checked since its old
     pods went: it is created only once one has (decide.py, step 0)."""
+    placements: Mapping[str, str] = field(default_factory=dict)
+    """pod name -> the node a pass placed it on: it is created pinned there."""
 
 
 class AdmissionBook:
@@ -85,6 +87,9 @@ class AdmissionBook:
         self._preempt: dict[str, Verdict] = {}
         self._release: dict[str, tuple[int, Verdict]] = {}
         self._refit: dict[str, int] = {}
+        # uid -> pod name -> node: where passes placed pods not created yet. Kept, so that
+        # a later pass reserves them there instead of placing them afresh.
+        self._placements: dict[str, dict[str, str]] = {}
         self._forgotten: dict[str, int] = {}
         self._epoch = 0
         self._cleared = -1
@@ -118,11 +123,19 @@ class AdmissionBook:
             }
             changed.extend(u for u in released if self._release.get(u) != released[u])
             self._release = released
+            for uid, where in decisions.placements.items():
+                if self._forgotten.get(uid, -1) > since:
+                    continue
+                kept = self._placements.setdefault(uid, {})
+                if uid not in changed and any(kept.get(p) != n for p, n in where.items()):
+                    changed.append(uid)
+                kept.update(where)
             for uid, generation in decisions.refit.items():
                 if self._forgotten.get(uid, -1) > since or self._refit.get(uid) == generation:
                     continue
                 self._refit[uid] = generation
-                changed.append(uid)
+                if uid not in changed:
+                    changed.append(uid)
         return changed
 
     def view(self, job: Obj) -> AdmissionView:
@@ -138,10 +151,12 @@ class AdmissionBook:
             return AdmissionView(False, preempted=preempt.message)
         if release is not None and _still_unstarted(job, release[0]):
             return AdmissionView(False, release[1].message, release[1].reason)
+        with self._lock:
+            placed = dict(self._placements.get(uid) or {})
         if status_admitted and _awaits_refit(job, refit):
-            return AdmissionView(True, refit_pending=True)
+            return AdmissionView(True, refit_pending=True, placements=placed)
         if status_admitted or (verdict is not None and verdict.admit):
-            return AdmissionView(True)
+            return AdmissionView(True, placements=placed)
         if verdict is None:
             # No pass has judged it since (this replica started leading, or a release was
             # just written): what its status says still holds. Saying "waiting" meanwhile
@@ -172,6 +187,12 @@ class AdmissionBook:
             self._preempt.pop(uid, None)
             self._release.pop(uid, None)
             self._refit.pop(uid, None)
+            self._placements.pop(uid, None)
+
+    def kept_placements(self) -> dict[str, dict[str, str]]:
+        """uid -> pod name -> node of the placements given so far (a copy)."""
+        with self._lock:
+            return {uid: dict(where) for uid, where in self._placements.items()}
 
     def clear(self) -> None:
         """Drop every verdict (this replica stopped leading: another one admits now, and a
@@ -184,6 +205,7 @@ class AdmissionBook:
             self._preempt.clear()
             self._release.clear()
             self._refit.clear()
+            self._placements.clear()
 
     def __contains__(self, uid: object) -> bool:
         with self._lock:
@@ -301,10 +323,10 @@ class AdmissionController:
             started = time.monotonic()
             since = self.book.epoch()
             listed = self._list()
-            snapshot = self._snapshot(listed)
+            snapshot = replace(self._snapshot(listed), kept=self.book.kept_placements())
             decisions = decide(snapshot, preemption=self.settings.preemption)
             if decisions.admitted and self._quotas_moved(listed):
-                snapshot = self._snapshot(listed)
+                snapshot = replace(self._snapshot(listed), kept=self.book.kept_placements())
                 decisions = decide(snapshot, preemption=self.settings.preemption)
             changed = self.book.record(decisions, since)
             for uid in changed:

@@ -20,7 +20,7 @@ preempted. Pure: a Snapshot in, Decisions out.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from dtjob_operator.admission import messages
 from dtjob_operator.admission.fit import (
@@ -114,7 +114,9 @@ def decide(snapshot: Snapshot, *, preemption: bool) -> Decisions:
             for pod in job.unscheduled:  # a gang that cannot be placed still holds what it can
                 place([pod], nodes)
         if job.missing:
-            where = _placed(job.missing, job.missing_names, nodes, levels, job.topology)
+            where = _kept(job, snapshot.kept.get(job.uid) or {}, nodes)
+            if where is None:
+                where = _placed(job.missing, job.missing_names, nodes, levels, job.topology)
             if where is not None:
                 result.placements[job.uid] = where
             else:
@@ -256,6 +258,18 @@ def _refit(
     if quota is not None:
         quota.room = subtract(quota.room, job.need)
     return None
+
+
+def _kept(job: JobView, kept: dict[str, str], nodes: Sequence[Node]) -> dict[str, str] | None:
+    """The missing pods reserved where an earlier pass placed them, if all still fit there
+    (a later pass must not move them: another gang may have been placed around them)."""
+    if not job.missing_names or any(name not in kept for name in job.missing_names):
+        return None
+    pinned = [replace(pod, node_name=kept[name])
+              for pod, name in zip(job.missing, job.missing_names, strict=True)]  # fmt: skip
+    if not place(pinned, nodes):
+        return None
+    return {name: kept[name] for name in job.missing_names}
 
 
 def _placed(

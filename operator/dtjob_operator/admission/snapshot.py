@@ -98,6 +98,8 @@ class Snapshot:
     namespaces_used: dict[str, Resources] = field(default_factory=dict)
     topology_levels: tuple[str, ...] = ()
     """The cluster's topology as node labels, highest level first (settings)."""
+    kept: dict[str, dict[str, str]] = field(default_factory=dict)
+    """uid -> pod name -> node: where earlier passes placed pods not created yet."""
 
 
 def gang_pods(job: Obj, settings: OperatorSettings) -> list[GangPod] | None:

@@ -8,7 +8,7 @@ from typing import Any
 from unit.operator.builders import T0, a_job, a_pod, at, pods
 from unit.operator.test_admission import node, snapshot, view
 
-from dtjob_operator.admission.controller import AdmissionBook, AdmissionView
+from dtjob_operator.admission.controller import AdmissionBook
 from dtjob_operator.admission.decide import Decisions, decide
 from dtjob_operator.admission.snapshot import build_snapshot, gang_pods, is_admitted
 from dtjob_operator.constants import REASON_INADMISSIBLE, REASON_WAITING_FOR_ADMISSION
@@ -142,7 +142,8 @@ def test_book_holds_a_restarted_gang_until_a_pass_has_checked_its_generation() -
     assert book.view(again).refit_pending is True
     for phase in ("Starting", "Running", "Pending"):
         other = {**again, "status": {**again["status"], "phase": phase}}
-        assert book.view(other) == AdmissionView(True)
+        seen = book.view(other)
+        assert seen.admitted and not seen.refit_pending and seen.preempted is None
     # A first gang (restarts 0) was checked by the pass that admitted it.
     assert book.view(_job(restarts=0)).refit_pending is False
     book.forget("r")
