@@ -113,12 +113,13 @@ MAX_ERRORS_IN_MESSAGE = 5
 CREATE_WAITS = frozenset({REASON_CREATE_FAILED, REASON_CHILD_CONFLICT})
 
 
-# Until the built-in admission packs by topology (issue 28), a job that asks for it must
-# not start spread out as if it had not: it fails, saying where it would be honoured.
+# With admission "external" nobody here places the gang: a job that asks to be packed must
+# not start spread out as if it had not. It fails, saying where it would be honoured.
 TOPOLOGY_NEEDS_KUEUE = (
-    "spec.placement.topology: this operator places gangs by topology only through Kueue's "
-    "Topology Aware Scheduling; label the job kueue.x-k8s.io/queue-name=<a LocalQueue whose "
-    "ClusterQueue has a topology flavor> (docs/kueue.md), or remove spec.placement"
+    "spec.placement.topology: this operator's admission is external, so it does not place "
+    "gangs by topology; use admission builtin, or label the job "
+    "kueue.x-k8s.io/queue-name=<a LocalQueue whose ClusterQueue has a topology flavor> "
+    "(docs/kueue.md), or remove spec.placement"
 )
 
 
@@ -154,7 +155,8 @@ class _Planner(PlanState):
         job = Job.from_object(self.o.job)
         self.job, self.spec = job, job.spec
         self.gang = gang_of(self.o.pods, self.restarts)
-        if self.spec.placement and self.spec.placement.topology and not self.o.kueue:
+        external = self.settings.admission == "external" and not self.o.kueue
+        if self.spec.placement and self.spec.placement.topology and external:
             return self._fail(REASON_INVALID_SPEC, TOPOLOGY_NEEDS_KUEUE)
         self.storage = self._checkpoint_storage()
         if self.storage.invalid:

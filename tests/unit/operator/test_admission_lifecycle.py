@@ -134,11 +134,14 @@ def test_a_queue_managers_admission_says_where_once() -> None:
     assert not any(e.reason == "Admitted" for e in built_in.events)
 
 
-def test_a_topology_request_fails_where_only_kueue_could_honour_it() -> None:
+def test_a_topology_request_fails_where_nobody_here_places_the_gang() -> None:
     packed = DDP.copy().with_spec(placement={"topology": {"required": "example.com/rack"}})
-    p = run(packed)
+    assert run(packed).status["phase"] == "Starting"  # the built-in admission places it
+    external = OperatorSettings(admission="external")
+    p = plan(Observed(job=packed.obj(), pods=pods(), now=at(0)), external)
     assert p.status["phase"] == "Failed" and p.create == []
     failed = cond(p, "Failed")
     assert failed["reason"] == "InvalidSpec" and "spec.placement.topology" in failed["message"]
     assert "kueue.x-k8s.io/queue-name" in failed["message"]
-    assert run(packed, kueue=True).status["phase"] == "Starting"
+    kueue = plan(Observed(job=packed.obj(), pods=pods(), now=at(0), kueue=True), external)
+    assert kueue.status["phase"] == "Starting"
