@@ -1,6 +1,7 @@
 """spec.placement: where the gang goes in the cluster's topology (racks, blocks, hosts),
-named by the node labels that mark it. Kueue's Topology Aware Scheduling places a job
-that asks for it (docs/kueue.md, "Topology"); the built-in admission's packing is issue 28.
+named by the node labels that mark it. The built-in admission packs the gang
+(operator/admission/topology.py); Kueue's Topology Aware Scheduling does for a job Kueue
+admits (docs/kueue.md, "Topology").
 """
 
 from typing import Any
