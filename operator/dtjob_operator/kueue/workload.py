@@ -12,7 +12,6 @@ out: the Workload must stay the same across gang restarts.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -164,12 +163,3 @@ def build_workload(
         "metadata": metadata,
         "spec": spec,
     }
-
-
-def same_pod_sets(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """Two Workloads ask for the same gang (the job's spec is immutable, but an operator
-    upgrade may change what the builders make: then the Workload is replaced)."""
-    return bool(
-        json.dumps(a["spec"]["podSets"], sort_keys=True)
-        == json.dumps(b["spec"]["podSets"], sort_keys=True)
-    )

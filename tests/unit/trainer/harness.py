@@ -168,6 +168,14 @@ def wait_for(predicate: Any, timeout: float, what: str) -> None:
         time.sleep(0.05)
 
 
+def catches(pid: int, sig: int) -> bool:
+    """Whether the process has installed a handler for `sig` (Linux: SigCgt in /proc), so a
+    test signals it after its start rather than after a sleep that a loaded machine outruns."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    caught = next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(int(caught, 16) >> (sig - 1) & 1)
+
+
 def free_port() -> int:
     """A local TCP port nobody listens on."""
     with socket.socket() as s:

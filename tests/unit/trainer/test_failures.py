@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from unit.trainer.harness import a_spec, free_port, launch, trainer_env, wait_for
+from unit.trainer.harness import a_spec, catches, free_port, launch, trainer_env, wait_for
 
 from dtjob_trainer.checkpoint import LATEST
 from dtjob_trainer.errors import (
@@ -79,7 +79,9 @@ def test_sigterm_during_rendezvous_exits_143(tmp_path: Path) -> None:
     config = _config(tmp_path, a_spec("DataParallel"))
     env = trainer_env(config, tmp_path / "ckpt", rank=1, world=2, port=free_port(), timeout=60)
     proc = _start(env)
-    time.sleep(3)  # importing and parsing, then waiting for rank 0
+    # A fixed sleep raced the interpreter's start on a loaded machine: SIGTERM came before
+    # the handler and the default action killed the process (-15). Wait for the handler.
+    wait_for(lambda: catches(proc.pid, signal.SIGTERM) or proc.poll() is not None, 60, "handler")
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=30)
     assert proc.returncode == EXIT_PREEMPTED, out

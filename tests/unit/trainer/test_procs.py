@@ -10,6 +10,8 @@ import textwrap
 import time
 from pathlib import Path
 
+from unit.trainer.harness import catches, wait_for
+
 from dtjob_trainer.procs import exit_code
 
 # A tiny supervisor program, so the test can signal it like the kubelet signals a pod.
@@ -56,7 +58,7 @@ def test_earliest_failure_decides_and_stragglers_are_terminated(tmp_path: Path) 
 
 def test_sigterm_is_forwarded_to_every_child(tmp_path: Path) -> None:
     proc = _supervisor(tmp_path, 30, SLEEP_TERM_143, SLEEP_TERM_143)
-    time.sleep(1.5)
+    wait_for(lambda: catches(proc.pid, signal.SIGTERM) or proc.poll() is not None, 30, "handler")
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 143
 
