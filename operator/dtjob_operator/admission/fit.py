@@ -4,10 +4,10 @@ Quota room is the hard limit minus what is used (the larger of the quota's own `
 the requests of the namespace's live pods: each lags the other a little) minus what jobs
 already admitted still reserve (pods of their gang not created yet). Placement puts each
 pod on some Ready node's free allocatable, first-fit-decreasing (largest pods first, nodes
-in name order), honouring nodeSelector, taints and cordons; a sum of free GPUs is not
-enough, since a 4-GPU pod cannot use two nodes with 2 free GPUs each. Every resource a pod
-requests counts, extended ones (any GPU vendor, MIG profiles, RDMA, EFA, hugepages) included:
-a node that does not list one has none of it.
+in name order), honouring nodeSelector, taints, cordons and host ports in use; a sum of
+free GPUs is not enough, since a 4-GPU pod cannot use two nodes with 2 free GPUs each.
+Every resource a pod requests counts, extended ones (any GPU vendor, MIG profiles, RDMA,
+EFA, hugepages) included: a node that does not list one has none of it.
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ class PodDemand:
     tolerations: tuple[Mapping[str, Any], ...] = ()
     node_name: str | None = None
     """The node an admission's placement pinned the pod to (its node affinity), if any."""
+    host_ports: tuple[str, ...] = ()
+    """The host ports it binds (resources.pod_host_ports): a node holds one such pod."""
 
 
 @dataclass
@@ -83,7 +85,17 @@ def can_host(node: Node, pod: PodDemand, free: Mapping[str, int]) -> bool:
         return False
     if not all(tolerates(pod.tolerations, t) for t in node.taints):
         return False
+    if any(free.get(port) for port in pod.host_ports):
+        return False
     return node_covers(free, pod.requests)
+
+
+def take(free: Mapping[str, int], pod: PodDemand) -> Resources:
+    """A node's free room once the pod is on it: its requests off, its host ports taken."""
+    left = subtract(free, pod.requests)
+    for port in pod.host_ports:
+        left[port] = 1
+    return left
 
 
 def _size(pod: PodDemand) -> tuple[int, int, int]:
@@ -99,7 +111,7 @@ def place(pods: Sequence[PodDemand], nodes: Sequence[Node], commit: bool = True)
         target = next((n for n in nodes if can_host(n, pod, free[n.name])), None)
         if target is None:
             return False
-        free[target.name] = subtract(free[target.name], pod.requests)
+        free[target.name] = take(free[target.name], pod)
     if commit:
         for n in nodes:
             n.free = free[n.name]

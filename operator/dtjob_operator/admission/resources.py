@@ -155,6 +155,26 @@ def pod_requests(pod_spec: Mapping[str, Any]) -> Resources:
     return total
 
 
+HOST_PORT = "host-port "
+"""Prefix of a node's free-room key that marks a host port taken ("host-port TCP:29500",
+no "/" so that it never counts as a device): placement keeps it beside the resources."""
+
+
+def pod_host_ports(pod_spec: Mapping[str, Any]) -> tuple[str, ...]:
+    """The node ports the pod binds, as HOST_PORT keys: every container port under
+    hostNetwork (the host port is the container port), else each explicit hostPort. Two such
+    pods never share a node (the scheduler's NodePorts filter); the host IP is ignored, so
+    the check is never looser than the scheduler's."""
+    host_network = bool(pod_spec.get("hostNetwork"))
+    keys: list[str] = []
+    for c in [*(pod_spec.get("initContainers") or []), *(pod_spec.get("containers") or [])]:
+        for port in c.get("ports") or []:
+            number = port.get("hostPort") or (port.get("containerPort") if host_network else 0)
+            if isinstance(number, int) and number > 0:
+                keys.append(f"{HOST_PORT}{port.get('protocol') or 'TCP'}:{number}")
+    return tuple(sorted(set(keys)))
+
+
 # `requests.<x>` quota keys that are not pod resources: PVC storage (also per storage class,
 # `<class>.storageclass.storage.k8s.io/requests.storage` never starts with requests.).
 _NOT_POD_RESOURCES = frozenset({"storage"})

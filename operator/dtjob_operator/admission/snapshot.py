@@ -18,6 +18,7 @@ from dtjob_operator.admission.resources import (
     Resources,
     add,
     parse_quantity,
+    pod_host_ports,
     pod_requests,
     quota_amounts,
     subtract,
@@ -118,6 +119,7 @@ def gang_pods(job: Obj, settings: OperatorSettings) -> list[GangPod] | None:
             requests=pod_requests(spec),
             node_selector=dict(spec.get("nodeSelector") or {}),
             tolerations=tuple(spec.get("tolerations") or ()),
+            host_ports=pod_host_ports(spec),
         )
         result.append(GangPod(m["metadata"]["name"], demand, spec.get("priorityClassName")))
     return result
@@ -256,6 +258,7 @@ def build_snapshot(
     requests = requests_of or _spec_requests
     ns_used: dict[str, Resources] = {}
     node_used: dict[str, Resources] = {}
+    node_ports: dict[str, set[str]] = {}
     by_job: dict[tuple[str, str], list[Obj]] = {}
     for pod in pods:
         meta = pod.get("metadata") or {}
@@ -270,12 +273,15 @@ def build_snapshot(
         node_name = (pod.get("spec") or {}).get("nodeName")
         if node_name:
             _add_into(node_used.setdefault(node_name, {}), req)
+            for port in pod_host_ports(pod.get("spec") or {}):
+                node_ports.setdefault(node_name, set()).add(port)
 
     ready_nodes = []
     for raw in nodes:
         node = node_view(raw)
         if node is not None:
             node.free = subtract(node.allocatable, node_used.get(node.name, {}))
+            node.free.update(dict.fromkeys(node_ports.get(node.name, ()), 1))
             ready_nodes.append(node)
     ready_nodes.sort(key=lambda n: n.name)
 

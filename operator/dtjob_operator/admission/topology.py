@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from dtjob_operator.admission.fit import Node, PodDemand, can_host
-from dtjob_operator.admission.resources import CPU, MEMORY, Resources, accelerator_units, subtract
+from dtjob_operator.admission.fit import Node, PodDemand, can_host, take
+from dtjob_operator.admission.resources import CPU, MEMORY, Resources, accelerator_units
 
 Free = dict[str, Resources]
 
@@ -80,7 +80,7 @@ def _on_hosts(pods: Sequence[PodDemand], hosts: Sequence[Node], free: Free) -> l
         for pod in pods:
             if not can_host(host, pod, left):
                 break
-            left = subtract(left, pod.requests)
+            left = take(left, pod)
         else:
             return [host.name] * len(pods)
     out: list[str] = []
@@ -93,7 +93,7 @@ def _on_hosts(pods: Sequence[PodDemand], hosts: Sequence[Node], free: Free) -> l
         if at == len(order):
             return None
         name = order[at].name
-        trial[name] = subtract(trial[name], pod.requests)
+        trial[name] = take(trial[name], pod)
         out.append(name)
     return out
 
@@ -142,7 +142,7 @@ def _spread(
                 hi = mid - 1
         if best:
             for pod, name in zip(pods[start : start + lo], best, strict=True):
-                trial[name] = subtract(trial[name], pod.requests)
+                trial[name] = take(trial[name], pod)
             out += best
             start += lo
     return out if start == len(pods) else None
@@ -196,4 +196,4 @@ def commit(placement: GangPlacement, pods: Sequence[PodDemand], nodes: Sequence[
     by_name = {n.name: n for n in nodes}
     for pod, name in zip(pods, placement.nodes, strict=True):
         node = by_name[name]
-        node.free = subtract(node.free, pod.requests)
+        node.free = take(node.free, pod)

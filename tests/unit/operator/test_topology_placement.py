@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from dtjob_operator.admission.fit import Node, PodDemand, place
+from dtjob_operator.admission.resources import pod_host_ports
 from dtjob_operator.admission.snapshot import pinned_node, topology_request
 from dtjob_operator.admission.topology import GangPlacement, TopologyRequest, commit, place_gang
 from dtjob_operator.kueue.verdict import Placement
@@ -140,3 +141,30 @@ def test_the_topology_request_is_read_from_the_spec() -> None:
         TopologyRequest(BLOCK, False)
     )
     assert topology_request({"spec": {}}) is None
+
+
+def test_pods_binding_one_host_port_never_share_a_node() -> None:
+    """hostNetwork pods bind their container ports on the node: two of one gang on one node
+    clash ("didn't have free ports"), so placement gives each its own node, and a node where
+    a running pod holds the port is not used at all."""
+    port = pod_host_ports(
+        {"hostNetwork": True, "containers": [{"ports": [{"containerPort": 29500}]}]}
+    )
+    assert port == ("host-port TCP:29500",)
+    pods = [PodDemand({GPU: 1}, host_ports=port) for _ in range(2)]
+    nodes = [node("a0", "ra", 8), node("a1", "ra", 8)]
+    placed = place_gang(pods, nodes, LEVELS)
+    assert placed is not None and sorted(placed.nodes) == ["a0", "a1"]
+    assert place_gang([*pods, pods[0]], nodes, LEVELS) is None  # three pods, two nodes
+    nodes[1].free[port[0]] = 1  # a running pod binds the port there
+    assert place_gang(pods[:1], nodes, LEVELS) == GangPlacement(("a0",), (HOST, "a0"))
+    assert not place(pods, nodes, commit=False)
+
+
+def test_host_ports_of_a_pod_spec() -> None:
+    ports = [{"containerPort": 8080}, {"containerPort": 53, "protocol": "UDP", "hostPort": 5353}]
+    assert pod_host_ports({"containers": [{"ports": ports}]}) == ("host-port UDP:5353",)
+    both = ("host-port TCP:8080", "host-port UDP:53")
+    assert pod_host_ports({"hostNetwork": True, "containers": [{"ports": ports[:1]}, {"ports": [
+        {"containerPort": 53, "protocol": "UDP"}]}]}) == both  # fmt: skip
+    assert pod_host_ports({"containers": [{}]}) == ()
