@@ -51,6 +51,7 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     # 4 significant digits: the float itself prints with 17 (status.progress.loss has it).
     {"name": "Loss", "type": "string", "jsonPath": ".status.progress.lossShort"},
     {"name": "Reason", "type": "string", "jsonPath": ".status.reason"},
+    {"name": "Domain", "type": "string", "jsonPath": ".status.admission.domain", "priority": 1},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 INT_OR_STRING = "x-kubernetes-int-or-string"

@@ -94,6 +94,8 @@ class AdmissionStatus(ApiModel):
     """When it was last released (the re-queue backoff counts from here)."""
     preemptions: int = 0
     """Times the job was suspended for a higher-priority job."""
+    domain: str | None = None
+    """Where the gang was placed: its smallest topology domain (<label>=<value>)."""
 
 
 class DistributedTrainingJobStatus(ApiModel):

@@ -86,6 +86,8 @@ class Why:
     events: tuple[EventInfo, ...] = ()
     requeues: int = 0
     preemptions: int = 0
+    domain: str | None = None
+    """status.admission.domain: the topology domain the gang was placed in."""
     ready: str | None = None
     step: int | None = None
     total_steps: int | None = None
@@ -121,6 +123,7 @@ def explain(
         events=_events(events, names),
         requeues=st.admission.requeues if st.admission else 0,
         preemptions=st.admission.preemptions if st.admission else 0,
+        domain=st.admission.domain if st.admission else None,
         ready=st.ready,
         step=progress.step if progress else None,
         total_steps=progress.totalSteps if progress else None,

@@ -377,9 +377,15 @@ class _Planner(PlanState):
                 released = prior.get("status") == STATUS_TRUE
                 self._event(EVENT_WARNING if released else EVENT_NORMAL, reason, message)
             self.queue_position = self.o.queue_position
+            self.admission.pop("domain", None)  # placed again once admitted again
             self.requeue.append(self.settings.resync_seconds)
             return self._render()
-        message = self.o.admitted_message or "the whole gang may start"
+        prior = self._prior_condition(CONDITION_ADMITTED)
+        # A restarted operator knows no placement of a gang admitted before: keep saying it.
+        kept = prior.get("message") if prior.get("status") == STATUS_TRUE else None
+        message = self.o.admitted_message or kept or "the whole gang may start"
+        if self.o.domain:
+            self.admission["domain"] = self.o.domain
         self._condition(CONDITION_ADMITTED, True, REASON_ADMITTED, message)
         if (
             self.o.admitted_message

@@ -38,6 +38,8 @@ class Observed:
     admitted_message: str = ""
     """Who admitted the gang and where, when a queue manager did (Kueue: the ClusterQueue
     and the flavors); said in the Admitted=True condition and, once, in an Event."""
+    domain: str | None = None
+    """Where the built-in admission placed the gang (status.admission.domain)."""
     kueue: bool = False
     """Kueue admits the job (its queue label, or the operator's admission mode "kueue")."""
     queue_position: int | None = None

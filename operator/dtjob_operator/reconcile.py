@@ -321,6 +321,9 @@ class Reconciler:
                 admission["admission_reason"] = view.reason
             # Pods not created yet go where the admission placed them (pinned to the node).
             placements = {pod: Placement(node_name=node) for pod, node in view.placements.items()}
+            if view.admitted and view.domain:
+                admission["admitted_message"] = f"the whole gang fits, placed in {view.domain}"
+                admission["domain"] = view.domain
             if view.refit_pending:
                 admission["refit_pending"] = True
                 self.admission.request()  # the check it waits for (timer passes may sleep)

@@ -200,9 +200,12 @@ def admitted_condition(status: dict[str, Any]) -> dict[str, Any]:
 
 
 def status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
-    """A merge patch that turns `old` into `new` (keys only in `old` are set to None)."""
+    """A merge patch that turns `old` into `new`: keys only in `old` are set to None, at any
+    depth (a merge patch merges nested objects, so a key dropped inside one would stay)."""
     patch: dict[str, Any] = dict(new)
-    for key in old:
+    for key, value in old.items():
         if key not in new:
             patch[key] = None
+        elif isinstance(value, dict) and isinstance(new[key], dict):
+            patch[key] = status_patch(value, new[key])
     return patch

@@ -10,7 +10,7 @@ from dtjob_client.jobs import Job
 from dtjob_client.render.units import NONE, age, eta, number, rate, table
 
 COLUMNS = ("NAME", "STRATEGY", "PHASE", "STEP/TOTAL", "LOSS", "SAMPLES/S", "ETA", "GPUS")
-WIDE = ("READY", "QUEUE", "RESTARTS", "REASON", "AGE")
+WIDE = ("READY", "QUEUE", "RESTARTS", "REASON", "DOMAIN", "AGE")
 TERMINAL = ("Succeeded", "Failed")
 
 
@@ -50,6 +50,7 @@ def row(job: Job, now: datetime, wide: bool = False, namespace: bool = False) ->
             queue,
             str(st.restarts),
             st.reason or NONE,
+            (st.admission.domain if st.admission else None) or NONE,
             age(job.created, now),
         ]
     return [job.namespace, *cells] if namespace else cells

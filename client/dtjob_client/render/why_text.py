@@ -29,6 +29,8 @@ def format_why(why: Why) -> str:
         key = _key_condition(why)
         if key is not None and key.message:
             lines.append(f"{key.reason}: {key.message}")
+    if why.domain:
+        lines.append(f"placed in {why.domain}")
     if why.ready or why.step is not None:
         facts = []
         if why.ready:

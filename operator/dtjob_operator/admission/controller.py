@@ -72,6 +72,8 @@ class AdmissionView:
     pods went: it is created only once one has (decide.py, step 0)."""
     placements: Mapping[str, str] = field(default_factory=dict)
     """pod name -> the node a pass placed it on: it is created pinned there."""
+    domain: str | None = None
+    """Where the pass that admitted (or refitted) the gang placed it (topology.describe)."""
 
 
 class AdmissionBook:
@@ -90,6 +92,7 @@ class AdmissionBook:
         # uid -> pod name -> node: where passes placed pods not created yet. Kept, so that
         # a later pass reserves them there instead of placing them afresh.
         self._placements: dict[str, dict[str, str]] = {}
+        self._domains: dict[str, str] = {}
         self._forgotten: dict[str, int] = {}
         self._epoch = 0
         self._cleared = -1
@@ -130,6 +133,8 @@ class AdmissionBook:
                 if uid not in changed and any(kept.get(p) != n for p, n in where.items()):
                     changed.append(uid)
                 kept.update(where)
+                if uid in decisions.domains:
+                    self._domains[uid] = decisions.domains[uid]
             for uid, generation in decisions.refit.items():
                 if self._forgotten.get(uid, -1) > since or self._refit.get(uid) == generation:
                     continue
@@ -153,10 +158,11 @@ class AdmissionBook:
             return AdmissionView(False, release[1].message, release[1].reason)
         with self._lock:
             placed = dict(self._placements.get(uid) or {})
+            domain = self._domains.get(uid)
         if status_admitted and _awaits_refit(job, refit):
-            return AdmissionView(True, refit_pending=True, placements=placed)
+            return AdmissionView(True, refit_pending=True, placements=placed, domain=domain)
         if status_admitted or (verdict is not None and verdict.admit):
-            return AdmissionView(True, placements=placed)
+            return AdmissionView(True, placements=placed, domain=domain)
         if verdict is None:
             # No pass has judged it since (this replica started leading, or a release was
             # just written): what its status says still holds. Saying "waiting" meanwhile
@@ -188,6 +194,7 @@ class AdmissionBook:
             self._release.pop(uid, None)
             self._refit.pop(uid, None)
             self._placements.pop(uid, None)
+            self._domains.pop(uid, None)
 
     def kept_placements(self) -> dict[str, dict[str, str]]:
         """uid -> pod name -> node of the placements given so far (a copy)."""
@@ -206,6 +213,7 @@ class AdmissionBook:
             self._release.clear()
             self._refit.clear()
             self._placements.clear()
+            self._domains.clear()
 
     def __contains__(self, uid: object) -> bool:
         with self._lock:

@@ -38,7 +38,7 @@ from dtjob_operator.admission.preemption import select_victims, select_victims_i
 from dtjob_operator.admission.queue import in_queue_order, positions
 from dtjob_operator.admission.resources import add, subtract
 from dtjob_operator.admission.snapshot import JobView, Snapshot
-from dtjob_operator.admission.topology import TopologyRequest, commit, place_gang
+from dtjob_operator.admission.topology import TopologyRequest, commit, describe, place_gang
 from dtjob_operator.constants import (
     REASON_ADMITTED,
     REASON_INADMISSIBLE,
@@ -73,6 +73,8 @@ class Decisions:
     refit: dict[str, int] = field(default_factory=dict)
     """Admitted restarted gangs, not created yet, that still fit: uid -> the gang generation
     this pass checked (with its old pods gone). Only then does the reconcile create it."""
+    domains: dict[str, str] = field(default_factory=dict)
+    """uid -> where a gang placed whole in this pass went (topology.describe)."""
     keys: dict[str, tuple[str, str]] = field(default_factory=dict)
     """uid -> (namespace, name) of every job mentioned above."""
     placements: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -116,7 +118,8 @@ def decide(snapshot: Snapshot, *, preemption: bool) -> Decisions:
         if job.missing:
             where = _kept(job, snapshot.kept.get(job.uid) or {}, nodes)
             if where is None:
-                where = _placed(job.missing, job.missing_names, nodes, levels, job.topology)
+                placed = _placed(job.missing, job.missing_names, nodes, levels, job.topology)
+                where = placed[0] if placed is not None else None
             if where is not None:
                 result.placements[job.uid] = where
             else:
@@ -194,22 +197,23 @@ def _judge(
     if job.namespace in blocked:
         return REASON_WAITING_FOR_ADMISSION, messages.behind(*_blocker(blocked[job.namespace]))
     short = quota_shortfall(need, quota.room) if quota is not None else []
-    where = (
+    placed = (
         _placed(job.gang, job.pod_names, nodes, levels, job.topology)
         if not short and shape not in ctx.no_room else None
     )  # fmt: skip
-    if where is not None:
-        result.placements[job.uid] = where
+    if placed is not None:
+        result.placements[job.uid], result.domains[job.uid] = placed
         if quota is not None:
             quota.room = subtract(quota.room, need)
-        return REASON_ADMITTED, "the whole gang fits; its pods may be created"
+        return REASON_ADMITTED, f"the whole gang fits, placed in {placed[1]}"
     if not short:
         ctx.no_room.add(shape)
-    why = (
-        messages.quota_short(job.namespace, need, quota, short)
-        if quota is not None and short
-        else messages.capacity_short(job.gang, nodes)
-    )
+    if quota is not None and short:
+        why = messages.quota_short(job.namespace, need, quota, short)
+    elif job.topology is not None and job.topology.required:
+        why = messages.topology_short(job.gang, nodes, job.topology.level)
+    else:
+        why = messages.capacity_short(job.gang, nodes)
     blocked[job.namespace] = f"{job.name}\0{why}"
     if preemption and job.can_preempt and job.namespace not in releasing:
 
@@ -249,12 +253,12 @@ def _refit(
         return REASON_WAITING_FOR_ADMISSION, messages.quota_short(
             job.namespace, job.need, quota, short
         )
-    where = _placed(job.gang, job.pod_names, nodes, levels, job.topology)
-    if where is None:
+    placed = _placed(job.gang, job.pod_names, nodes, levels, job.topology)
+    if placed is None:
         if not place_on_empty(job.gang, nodes):
             return REASON_INADMISSIBLE, messages.capacity_never(job.gang, nodes)
         return REASON_WAITING_FOR_ADMISSION, messages.capacity_short(job.gang, nodes)
-    result.placements[job.uid] = where
+    result.placements[job.uid], result.domains[job.uid] = placed
     if quota is not None:
         quota.room = subtract(quota.room, job.need)
     return None
@@ -278,14 +282,15 @@ def _placed(
     nodes: Sequence[Node],
     levels: Sequence[str],
     request: TopologyRequest | None,
-) -> dict[str, str] | None:
-    """The pods placed by topology (topology.py) and taken off the nodes: name -> node."""
+) -> tuple[dict[str, str], str] | None:
+    """The pods placed by topology (topology.py) and taken off the nodes: name -> node, and
+    the domain they went to (topology.describe)."""
     placement = place_gang(pods, nodes, levels, request)
     if placement is None:
         return None
     commit(placement, pods, nodes)
     keys = names if len(names) == len(pods) else [str(i) for i in range(len(pods))]
-    return dict(zip(keys, placement.nodes, strict=True))
+    return dict(zip(keys, placement.nodes, strict=True)), describe(placement)
 
 
 def _blocker(entry: str) -> tuple[str, str]:

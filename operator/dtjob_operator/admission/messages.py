@@ -106,6 +106,22 @@ def topology_never(gang: Sequence[PodDemand], nodes: Sequence[Node], level: str)
     )
 
 
+def topology_short(gang: Sequence[PodDemand], nodes: Sequence[Node], level: str) -> str:
+    """The required level has a domain that could hold the gang, but none with room now."""
+    device = accelerator(gang)
+    free: dict[str, int] = {}
+    for node in usable_nodes(gang, nodes):
+        if level in node.labels:
+            value = node.labels[level]
+            free[value] = free.get(value, 0) + max(0, node.free.get(device, 0))
+    roomiest = max(free.items(), key=lambda kv: (kv[1], kv[0]), default=("none", 0))
+    return (
+        f"needs {_gang_shape(gang, device)} inside one {level} (spec.placement.topology."
+        f"required); no {level} has room for it now (roomiest: {roomiest[0]}, with "
+        f"{roomiest[1]} {device} free on the nodes the pods may use)"
+    )
+
+
 def behind(blocker: str, reason: str) -> str:
     """Strict order within a namespace: a job that fits still waits for the one ahead."""
     return f"waiting behind job {blocker}, which is first in line ({reason})"

@@ -191,6 +191,14 @@ def place_gang(
     return GangPlacement(tuple(placed), _smallest_domain(placed, nodes, levels))
 
 
+def describe(placement: GangPlacement) -> str:
+    """Where the gang went, for the job's status: its smallest domain ("<level>=<value>"),
+    else how many nodes it spans."""
+    if placement.domain is not None:
+        return f"{placement.domain[0]}={placement.domain[1]}"
+    return f"{len(set(placement.nodes))} nodes in no common domain"
+
+
 def commit(placement: GangPlacement, pods: Sequence[PodDemand], nodes: Sequence[Node]) -> None:
     """Take the gang's requests off the nodes it was placed on."""
     by_name = {n.name: n for n in nodes}

@@ -28,7 +28,8 @@ def fleet() -> list[Job]:
     """A running, a queued, a starting, a finished and a pipeline job."""
     return [
         JobJson("bert", created="2026-03-01T09:00:00Z").role("worker", 4, gpus=2)
-        .status(phase="Running", strategy="DataParallel", ready="4/4", restarts=1)
+        .status(phase="Running", strategy="DataParallel", ready="4/4", restarts=1,
+                admission={"domain": "example.com/rack=r3"})
         .progress(step=1200, totalSteps=5000, loss=1.23456, samplesPerSecond=2345.6,
                   etaSeconds=3725).job(),
         JobJson("big", created="2026-03-01T10:25:00Z").role("worker", 2, gpus=4)
@@ -95,7 +96,8 @@ def test_why_queued_names_position_and_quota_numbers() -> None:
 def test_why_starting_shows_pod_reasons_and_scheduler_messages() -> None:
     job = (
         JobJson("pipe").strategy("Pipeline").role("stage", 3, gpus=1)
-        .status(phase="Starting", strategy="Pipeline", ready="1/3", reason="Unschedulable")
+        .status(phase="Starting", strategy="Pipeline", ready="1/3", reason="Unschedulable",
+                admission={"domain": "kubernetes.io/hostname=n2"})
         .condition("Admitted", "True", "Admitted", "the whole gang may start")
         .condition("Running", "False", "Unschedulable",
                    "pod pipe-stage-2 cannot be scheduled: 0/4 nodes are available")
@@ -125,6 +127,7 @@ def test_why_starting_shows_pod_reasons_and_scheduler_messages() -> None:
     text = format_why(explain(job, pods, events, []))
     assert_golden("why-starting.txt", text)
     assert "(old)" not in text
+    assert "\nplaced in kubernetes.io/hostname=n2\n" in text
 
 
 def test_why_failed_says_the_failure() -> None:

@@ -8,6 +8,7 @@ from unit.operator.builders import JobBuilder, PodBuilder, a_job, a_pod, at, iso
 
 from dtjob_operator.lifecycle import Observed, Plan, plan
 from dtjob_operator.settings import OperatorSettings
+from dtjob_operator.status import status_patch
 
 SETTINGS = OperatorSettings(pods_ready_timeout_seconds=60)
 DDP = a_job().with_workers(2, gpus=4)
@@ -145,3 +146,33 @@ def test_a_topology_request_fails_where_nobody_here_places_the_gang() -> None:
     assert "kueue.x-k8s.io/queue-name" in failed["message"]
     kueue = plan(Observed(job=packed.obj(), pods=pods(), now=at(0), kueue=True), external)
     assert kueue.status["phase"] == "Starting"
+
+
+def test_the_built_in_placement_domain_is_kept_in_the_status_until_queued_again() -> None:
+    said = "the whole gang fits, placed in example.com/rack=r3"
+    queued = after(DDP, admitted=False)
+    p = run(queued, now=30, admitted_message=said, domain="example.com/rack=r3")
+    assert p.status["admission"]["domain"] == "example.com/rack=r3"
+    assert cond(p, "Admitted")["message"] == said
+    starting = queued.copy().with_full_status(p.status)
+    # A restarted operator has no placement in memory: the status keeps what it said.
+    later = run(starting, now=40)
+    assert later.status["admission"]["domain"] == "example.com/rack=r3"
+    assert cond(later, "Admitted")["message"] == said
+    running = after(starting, pod(0, ready=True), pod(1, ready=True), now=45)
+    victim = running.copy().with_full_status(
+        run(running, pod(0, ready=True), pod(1, ready=True), now=50, preempted="by urgent").status
+    )
+    assert victim.obj()["status"]["admission"]["domain"] == "example.com/rack=r3"
+    waiting = run(victim, now=60, admitted=False, admission_message="behind", queue_position=1)
+    assert "domain" not in waiting.status["admission"]  # the next admission places it again
+    patch = status_patch(victim.obj()["status"], waiting.status)
+    assert patch["admission"] == {"preemptions": 1, "domain": None}
+
+
+def test_a_status_patch_removes_keys_dropped_at_any_depth() -> None:
+    old = {"admission": {"preemptions": 1, "domain": "r"}, "progress": {"step": 3}, "x": 1}
+    new = {"admission": {"preemptions": 1}, "progress": {"step": 4}}
+    assert status_patch(old, new) == {
+        "admission": {"preemptions": 1, "domain": None}, "progress": {"step": 4}, "x": None,
+    }  # fmt: skip

@@ -93,8 +93,12 @@ def test_printer_columns(generated: dict[str, Any]) -> None:
         "Step": ("integer", ".status.progress.step"),
         "Loss": ("string", ".status.progress.lossShort"),
         "Reason": ("string", ".status.reason"),
+        "Domain": ("string", ".status.admission.domain"),
         "Age": ("date", ".metadata.creationTimestamp"),
     }
+    wide = [c["name"] for c in generated["spec"]["versions"][0]["additionalPrinterColumns"]
+            if c.get("priority")]  # fmt: skip
+    assert wide == ["Domain"]  # only `kubectl get -o wide` shows it
 
 
 def test_schema_is_structural(root: dict[str, Any]) -> None:
