@@ -376,3 +376,20 @@ def test_guard_rails_come_from_values_as_the_operator_reads_them(
     assert rails.allowed_capabilities == ("IPC_LOCK", "SYS_RESOURCE")
     assert rails.allowed_priority_classes == ("team-*", "prod")
     assert rails.max_termination_grace_period_seconds == 900
+
+
+def test_topology_levels_come_from_values_as_the_operator_reads_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    levels = ["network.example.com/block", "network.example.com/rack", "kubernetes.io/hostname"]
+    for name, value in env(render(f"admission.topologyLevels={{{','.join(levels)}}}")).items():
+        if name.startswith("DTJOB_"):
+            monkeypatch.setenv(name, value)
+    assert OperatorSettings().topology_levels == levels
+    for name, value in env(render()).items():
+        if name.startswith("DTJOB_"):
+            monkeypatch.setenv(name, value)
+    assert OperatorSettings().topology_levels == [
+        "topology.kubernetes.io/zone",
+        "kubernetes.io/hostname",
+    ]
