@@ -62,6 +62,17 @@ def _domain_room(nodes: Sequence[Node], free: Free) -> tuple[int, int, int]:
     return (sum(r[0] for r in rooms), sum(r[1] for r in rooms), sum(r[2] for r in rooms))
 
 
+def _need(pods: Sequence[PodDemand]) -> int:
+    """The gang's device units: a domain with fewer free cannot hold it (a cheap test that
+    skips the search, never one that decides a domain can). Only device units: a node that
+    does not list cpu or memory is not limited in them, but has no device it does not list."""
+    return sum(accelerator_units(p.requests) for p in pods)
+
+
+def _short(room: tuple[int, int, int], need: int) -> bool:
+    return room[0] < need
+
+
 def _groups(nodes: Sequence[Node], level: str) -> dict[str, list[Node]]:
     out: dict[str, list[Node]] = {}
     for node in nodes:
@@ -109,7 +120,10 @@ def _within(
     children = _groups(nodes, levels[0])
     rest = levels[1:]
     by_room = sorted(children.values(), key=lambda c: (_domain_room(c, free), c[0].name))
+    need = _need(pods)
     for child in by_room:
+        if _short(_domain_room(child, free), need):
+            continue
         placed = _within(pods, child, rest, free)
         if placed is not None:
             return placed
@@ -133,6 +147,9 @@ def _spread(
         if start == len(pods):
             break
         lo, hi, best = 0, len(pods) - start, None
+        room = _domain_room(domain, trial)
+        while hi > 0 and _short(room, _need(pods[start : start + hi])):
+            hi -= 1  # no longer run can fit the domain's free room
         while lo < hi:  # the longest run that fits (a shorter run fits whenever a longer does)
             mid = (lo + hi + 1) // 2
             placed = _within(pods[start : start + mid], domain, levels, trial)
@@ -176,10 +193,16 @@ def place_gang(
     else:
         at = levels.index(request.level)
         tries = [at] if request.required else list(range(at, -1, -1))
+    need = _need(pods)
     for i in tries:
+        # Best fit over the whole level. Best fit level by level (the fullest block, then
+        # rack, then host) was tried: more gangs in one rack on one trace, longer waits on
+        # all three (bench/placement.py, docs/design/topology-admission.md).
         domains = sorted(_groups(nodes, levels[i]).items(),
                          key=lambda kv: (_domain_room(kv[1], free), kv[0]))  # fmt: skip
         for _, domain in domains:
+            if _short(_domain_room(domain, free), need):
+                continue
             placed = _within(pods, domain, levels[i + 1 :], free)
             if placed is not None:
                 return GangPlacement(tuple(placed), _smallest_domain(placed, nodes, levels))
