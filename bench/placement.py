@@ -38,7 +38,7 @@ queue wait (admission - arrival) and start wait (start - arrival), gangs with a 
 after admission, and the wall-clock time of the decide() calls (p50/p90 ms).
 
 Usage: python bench/placement.py [--jobs N] [--seed S]
-1,000 jobs take about 3 minutes on 2 cores, most of it in the decide() calls of `topology`:
+1,000 jobs take under a minute on 2 cores, most of it in the decide() calls of `topology`:
 with levels, a gang that no rack holds is tried spread at every level (topology._spread).
 """
 
