@@ -48,11 +48,12 @@ _INT_OR_STRING = {
 _OBJECT_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
 _DROPPED_PROPERTIES = {
     "PodSpec": {"ephemeralContainers"},
-    # In-tree volume plugins that 1.33 kubelets no longer have (removed, or gitRepo: off by
-    # default): a pod using them cannot start, so the template refuses them at apply; and
-    # the CRD must stay under the 256 KiB of a client-side `kubectl apply`.
-    "Volume": {"flocker", "gitRepo", "glusterfs", "photonPersistentDisk", "quobyte", "scaleIO",
-               "storageos"},
+    # In-tree volume plugins that 1.33 kubelets no longer have (removed: cephfs and rbd in
+    # 1.31, with no CSI migration; gitRepo: off by default): a pod using them cannot start,
+    # so the template refuses them at apply; and the CRD must stay under the 256 KiB of a
+    # client-side `kubectl apply`.
+    "Volume": {"cephfs", "flocker", "gitRepo", "glusterfs", "photonPersistentDisk", "quobyte",
+               "rbd", "scaleIO", "storageos"},
 }  # fmt: skip
 # The operator adds the trainer container, so a template may have none of its own.
 _OPTIONAL = {"PodSpec": {"containers"}}

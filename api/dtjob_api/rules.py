@@ -79,7 +79,13 @@ _HYBRID = f'{STRATEGY} == "Hybrid" && has(self.roles.stage)'
 # further over the processes inside each pod.
 # (TensorParallel splits it over the data-parallel groups only: a rule of its own.)
 _BATCH_SPLIT = tuple(s for s in WORKER_STRATEGIES if s != StrategyType.TENSOR_PARALLEL)
-_DATA_PARALLEL = f"{_is(*_BATCH_SPLIT)} && !({_HOGWILD}) && has(self.roles.worker)"
+# These weight each rank's loss by its share of the batch (trainer strategies/common.py), so
+# a batch that does not divide trains the same model; each process needs one sample. The
+# others split evenly (local steps, Hogwild's threads, Auto's own choice).
+_UNEVEN_SPLIT = (StrategyType.DATA_PARALLEL, StrategyType.FSDP, StrategyType.CPU_OFFLOAD)
+_EVEN_SPLIT = tuple(s for s in _BATCH_SPLIT if s not in _UNEVEN_SPLIT)
+_DATA_PARALLEL = f"{_is(*_EVEN_SPLIT)} && !({_HOGWILD}) && has(self.roles.worker)"
+_UNEVEN = f"{_is(*_UNEVEN_SPLIT)} && has(self.roles.worker)"
 _TP = f'{STRATEGY} == "TensorParallel" && has(self.roles.worker)'
 _TP_GRID = f"{_TP} && {WORKER_PROCESSES} % {TENSOR_PARALLEL} == 0"
 # Pipeline and Hybrid with strategy.tensorParallel: every stage split over its tp ranks.
@@ -310,7 +316,7 @@ RULES: tuple[Rule, ...] = (
         "trainer.batchSize",
         f"{BUNDLED_TRAINER} && {_DATA_PARALLEL}",
         lambda f: f.bundled_trainer
-        and f.strategy in _BATCH_SPLIT
+        and f.strategy in _EVEN_SPLIT
         and not _hogwild(f)
         and f.has_worker,
         f"self.trainer.batchSize % {WORKER_PROCESSES} == 0",
@@ -318,6 +324,16 @@ RULES: tuple[Rule, ...] = (
         "must be divisible by the worker processes (replicas x procsPerPod): every global "
         "batch is split evenly over them",
         detail="{batchSize} is not a multiple of {workerProcesses}",
+    ),
+    Rule(
+        "trainer.batchSize",
+        f"{BUNDLED_TRAINER} && {_UNEVEN}",
+        lambda f: f.bundled_trainer and f.strategy in _UNEVEN_SPLIT and f.has_worker,
+        f"self.trainer.batchSize >= {WORKER_PROCESSES}",
+        lambda f: f.batchSize >= f.workerProcesses,
+        "must be at least the worker processes (replicas x procsPerPod): every process "
+        "trains on its share of each global batch",
+        detail="{batchSize} is less than {workerProcesses}",
     ),
     Rule(
         "trainer.batchSize",

@@ -151,9 +151,9 @@ BAD: list[tuple[str, str, dict[str, Any], str, str]] = [
      {"strategy": {"type": "Hybrid", "hybrid": {"dataParallel": 2}},
       "roles": {"stage": {"replicas": 2}}},
      "spec.roles.stage", "pipeline degree"),
-    ("batch-not-divisible-by-workers", "job",
-     with_(DP, roles__worker={"replicas": 3}, trainer={"batchSize": 64}),
-     "spec.trainer.batchSize", "divisible by the worker processes"),
+    ("batch-smaller-than-workers", "job",
+     with_(DP, roles__worker={"replicas": 3}, trainer={"batchSize": 2}),
+     "spec.trainer.batchSize", "must be at least the worker processes"),
     ("batch-not-divisible-by-microbatches", "job",
      {"strategy": {"type": "Pipeline", "pipeline": {"microbatches": 4}},
       "roles": {"stage": {"replicas": 2}}, "trainer": {"batchSize": 66}},
@@ -205,10 +205,10 @@ BAD: list[tuple[str, str, dict[str, Any], str, str]] = [
     # tf.distribute aliases are held to their target's rules (aliases.py).
     ("mirrored-with-ps", "job", with_(DP, strategy__type="MirroredStrategy", roles__ps={}),
      "spec.roles.ps", "only allowed with strategy ParameterServer, not MirroredStrategy"),
-    ("multi-worker-mirrored-batch-not-divisible", "job",
+    ("multi-worker-mirrored-batch-smaller-than-workers", "job",
      with_(DP, strategy__type="MultiWorkerMirroredStrategy", roles__worker={"replicas": 3},
-           trainer={"batchSize": 64}),
-     "spec.trainer.batchSize", "divisible by the worker processes"),
+           trainer={"batchSize": 2}),
+     "spec.trainer.batchSize", "must be at least the worker processes"),
     ("central-storage-with-stages", "job",
      {"strategy": {"type": "CentralStorageStrategy"}, "roles": {"stage": {"replicas": 2}}},
      "spec.roles.worker", "required for strategy CentralStorageStrategy"),
@@ -259,9 +259,9 @@ def test_malformed_job_is_refused_naming_the_field(
 def test_bundled_trainer_rules_spare_a_custom_command(
     jobs: client.CustomObjectsApi, namespace: str
 ) -> None:
-    # 12 pods x 2 GPUs = 24 worker processes, over which the default batchSize 64 does not
-    # split: the bundled trainer cannot run it, a custom command never splits that batch.
-    bundled = with_(DP, roles__worker={"replicas": 12, "gpus": 2})
+    # 12 pods x 8 GPUs = 96 worker processes, more than the default batchSize 64: the
+    # bundled trainer cannot run it, a custom command never splits that batch.
+    bundled = with_(DP, roles__worker={"replicas": 12, "gpus": 8})
     message = refusal(lambda: create(jobs, namespace, manifest(bundled)))
     assert "spec.trainer.batchSize" in message and "worker processes" in message, message
     custom = with_(bundled, trainer__command=["torchrun", "train.py"])

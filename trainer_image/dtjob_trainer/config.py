@@ -8,7 +8,7 @@ from a valid spec: process counts, the pipeline and data-parallel degrees, the s
 settings with the API's defaults where the spec leaves them out.
 
 `load_config(data)` raises `ConfigError` listing every problem, each named by its path in
-the spec, e.g. ``trainer.batchSize: must be divisible by the worker processes ...``.
+the spec, e.g. ``trainer.batchSize: must be at least the worker processes ...``.
 """
 
 from __future__ import annotations

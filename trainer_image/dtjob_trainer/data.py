@@ -5,8 +5,12 @@ factory), and the batch order.
 The order is a pure function of (seed, step): samples are consumed as one stream over
 epochs, epoch e being a permutation seeded by (seed, e), and step s takes stream positions
 [s * B, (s + 1) * B). So a resumed run sees exactly the batches an uninterrupted run sees,
-and `shard(indices, part, parts)` splits a global batch into contiguous, equal pieces that
-concatenate back to it: data-parallel ranks together compute the single-process batch.
+at any world size, and `shard(indices, part, parts)` splits a global batch into contiguous
+pieces that concatenate back to it: data-parallel ranks together compute the
+single-process batch. Pieces are equal when the batch divides; else the first B % parts
+are one sample longer, and the strategies weight each rank's loss by its share
+(strategies/common.py), so that a job resized to a world size that does not divide its
+batch still trains the same model.
 """
 
 from __future__ import annotations
@@ -187,12 +191,11 @@ def epoch_of(step: int, batch_size: int, n: int) -> int:
 
 
 def shard(indices: torch.Tensor, part: int, parts: int) -> torch.Tensor:
-    """Contiguous piece `part` of `parts` equal pieces (the batch must divide evenly)."""
-    size = indices.shape[0]
-    if size % parts != 0:
-        raise ValueError(f"batch of {size} does not split into {parts} equal shards")
-    per = size // parts
-    return indices[part * per : (part + 1) * per]
+    """Contiguous piece `part` of `parts`: the first `size % parts` pieces one sample longer
+    (torch.tensor_split's bounds), so an even split gives the equal pieces it always did."""
+    base, extra = divmod(indices.shape[0], parts)
+    start = part * base + min(part, extra)
+    return indices[start : start + base + (1 if part < extra else 0)]
 
 
 def batch(

@@ -233,9 +233,9 @@ BAD = [
         "(12 is not a multiple of 2 x 4)",
     ),
     (
-        with_(spec("DataParallel", worker={"replicas": 3}), "trainer.batchSize", 64),
+        with_(spec("DataParallel", worker={"replicas": 3}), "trainer.batchSize", 2),
         "spec.trainer.batchSize",
-        "(64 is not a multiple of 3)",
+        "(2 is less than 3)",
     ),
     (
         with_(spec("ParameterServer", worker={"replicas": 3}), "trainer.batchSize", 64),

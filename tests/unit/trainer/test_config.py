@@ -84,8 +84,8 @@ def test_field_errors_name_the_path() -> None:
     ("spec", "message"),
     [
         (
-            a_spec("DataParallel", workers=3, batchSize=32),
-            "trainer.batchSize: must be divisible by the worker processes",
+            a_spec("DataParallel", workers=3, batchSize=2),
+            "trainer.batchSize: must be at least the worker processes",
         ),
         (a_spec("FSDP", workers=None), "roles.worker: required for strategy FSDP"),
         (a_spec("Pipeline", workers=2), "roles.stage: required for strategy Pipeline"),
@@ -148,9 +148,9 @@ def test_the_bundled_trainers_rules_hold_under_a_custom_command() -> None:
     # With trainer.command set the API leaves the bundled trainer's rules out (custom code
     # may split the batch as it likes); this trainer, started by that command, still needs
     # them.
-    spec = a_spec("DataParallel", workers=3, batchSize=32, command=["python", "-m", "x"])
+    spec = a_spec("DataParallel", workers=3, batchSize=2, command=["python", "-m", "x"])
     assert validate_job(spec) == []
-    assert "trainer.batchSize: must be divisible by the worker processes" in _error(spec)
+    assert "trainer.batchSize: must be at least the worker processes" in _error(spec)
 
 
 def test_sizes_of_the_process_grid() -> None:

@@ -19,16 +19,22 @@ def shard_forward_backward(
 ) -> Callable[[int], torch.Tensor]:
     """A function of the step that runs forward and backward on shard `dp_rank` of
     `dp_size` of the global batch and returns the detached shard loss / dp_size (its share
-    of the global mean loss). Gradients are left in the parameters."""
+    of the global mean loss). Gradients are left in the parameters.
+
+    DDP and FSDP average the ranks' gradients, a mean of the shards' means: the global mean
+    only when the shards are equal. A shard of n of the B samples is weighted n * dp_size / B
+    (exactly 1.0 when the batch divides, so nothing changes then), which makes the average
+    the global batch's mean to one rounding whatever the split (data.shard)."""
     cfg = ctx.cfg.trainer
     data = ctx.data
 
     def forward_backward(step: int) -> torch.Tensor:
         x, y = batch(data, step, cfg.batchSize, cfg.seed, dp_rank, dp_size)
+        weight = (x.shape[0] * dp_size) / cfg.batchSize
         x, y = to_device(x, ctx.device), to_device(y, ctx.device)
         with ctx.autocast():
             loss = loss_fn(model(x), y)
-        torch.autograd.backward(loss)
-        return loss.detach() / dp_size
+        torch.autograd.backward(loss * weight)
+        return loss.detach() * weight / dp_size
 
     return forward_backward
