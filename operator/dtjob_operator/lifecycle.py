@@ -387,8 +387,11 @@ class _Planner(PlanState):
         if self.o.domain:
             self.admission["domain"] = self.o.domain
         self._condition(CONDITION_ADMITTED, True, REASON_ADMITTED, message)
+        # Kueue's word gets its Event here; the built-in admission's comes from the executor,
+        # once per admission (reconcile._announce_admission), with this message.
         if (
-            self.o.admitted_message
+            self.o.kueue
+            and self.o.admitted_message
             and self._prior_condition(CONDITION_ADMITTED).get("message") != message
         ):
             self._event(EVENT_NORMAL, REASON_ADMITTED, message)

@@ -411,7 +411,8 @@ class Reconciler:
         self._patch_status(meta["namespace"], meta["name"], {"conditions": written["conditions"]})
         self.kill_points.reached(AFTER_ADMISSION_WRITTEN)
         if self.admission is not None:
-            self._announce_admission(job, old)  # right after the write, as in any pass
+            # Right after the write, as in any pass.
+            self._announce_admission(job, old, admitted_condition(written).get("message"))
         return written
 
     def _patch_status(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
@@ -492,7 +493,7 @@ class Reconciler:
         if (was and not now) or new.get("phase") in TERMINAL_PHASES:
             self.book.forget(uid)
         if now and not was:
-            self._announce_admission(job, old)
+            self._announce_admission(job, old, admitted_condition(new).get("message"))
         if (
             admitted_condition(new).get("reason") == REASON_PODS_READY_TIMEOUT
             and admitted_condition(old).get("reason") != REASON_PODS_READY_TIMEOUT
@@ -502,11 +503,12 @@ class Reconciler:
         if changed or (not now and uid not in self.book):  # or it waits for a first pass
             self.admission.request()
 
-    def _announce_admission(self, job: Obj, old: dict[str, Any]) -> None:
-        """The Admitted event and the admission-wait metric, once per admission."""
+    def _announce_admission(self, job: Obj, old: dict[str, Any], message: str | None) -> None:
+        """The Admitted event and the admission-wait metric, once per admission; `message`
+        is the Admitted condition's (where the built-in admission placed the gang)."""
         # The planner's events are per transition of the job; admission is the
         # executor's news (the planner cannot tell a pass's admission from a restart).
-        said = "Kueue admitted its Workload" if queue_of(job) else "the whole gang fits"
+        said = "Kueue admitted its Workload" if queue_of(job) else message or "the whole gang fits"
         self.api.emit_event(job, EVENT_NORMAL, REASON_ADMITTED, said)
         meta = job["metadata"]
         log.info("admitted %s/%s (uid %s, restarts %s, was %s)", meta["namespace"], meta["name"],

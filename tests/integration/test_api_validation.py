@@ -364,7 +364,8 @@ def test_status_subresource_and_printer_columns(
     table = table_of(jobs, meta["namespace"], meta["name"])
     columns = [c["name"] for c in table["columnDefinitions"]]
     assert columns == [
-        "Name", "Strategy", "Phase", "Ready", "Queue", "Step", "Loss", "Reason", "Age"
+        "Name", "Strategy", "Phase", "Ready", "Queue", "Step", "Loss", "Reason", "Domain",
+        "Age"
     ]  # fmt: skip
     (row,) = table["rows"]
     assert row["cells"][:7] == ["running-job", "DataParallel", "Running", "2/2", None, 40, "0.2500"]

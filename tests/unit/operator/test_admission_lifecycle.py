@@ -125,10 +125,10 @@ def test_user_suspend_gives_up_the_admission() -> None:
 def test_a_queue_managers_admission_says_where_once() -> None:
     said = "admitted by Kueue in ClusterQueue gpus, flavors worker=h100"
     queued = after(DDP, admitted=False)
-    p = run(queued, now=30, admitted_message=said)
+    p = run(queued, now=30, admitted_message=said, kueue=True)
     assert cond(p, "Admitted")["message"] == said
     assert [e.message for e in p.events if e.reason == "Admitted"] == [said]
-    again = run(queued.copy().with_full_status(p.status), now=31, admitted_message=said)
+    again = run(queued.copy().with_full_status(p.status), now=31, admitted_message=said, kueue=True)
     assert not any(e.reason == "Admitted" for e in again.events)
     built_in = run(queued, now=30)
     assert cond(built_in, "Admitted")["message"] == "the whole gang may start"
@@ -154,6 +154,8 @@ def test_the_built_in_placement_domain_is_kept_in_the_status_until_queued_again(
     p = run(queued, now=30, admitted_message=said, domain="example.com/rack=r3")
     assert p.status["admission"]["domain"] == "example.com/rack=r3"
     assert cond(p, "Admitted")["message"] == said
+    # Its one Event is the executor's, once per admission (_announce_admission).
+    assert not any(e.reason == "Admitted" for e in p.events)
     starting = queued.copy().with_full_status(p.status)
     # A restarted operator has no placement in memory: the status keeps what it said.
     later = run(starting, now=40)
