@@ -349,8 +349,8 @@ def test_custom_commands_skip_the_bundled_trainers_rules() -> None:
 @pytest.mark.parametrize(
     "bundled_only",
     [
-        # 24 worker processes: the default batchSize 64 does not split over them.
-        spec("DataParallel", worker={"replicas": 12, "gpus": 2}),
+        # 96 worker processes: more than the default batchSize 64.
+        spec("DataParallel", worker={"replicas": 12, "gpus": 8}),
         with_(
             spec("ParameterServer", worker={"replicas": 3}, ps={}),
             "strategy.parameterServer.mode",
@@ -388,12 +388,16 @@ def test_hogwild_with_one_worker_pod_needs_no_ps() -> None:
 
 
 def test_processes_count_gpus_when_procs_per_pod_is_unset() -> None:
-    # 2 pods x 4 GPUs = 8 worker processes: 64 divides, 60 does not.
+    # 2 pods x 4 GPUs = 8 worker processes: a batch of 8 has one sample each, 6 has not.
     base = spec("DataParallel", worker={"replicas": 2, "gpus": 4})
-    assert validate_job(with_(base, "trainer.batchSize", 64)) == []
-    assert fields(validate_job(with_(base, "trainer.batchSize", 60))) == ["spec.trainer.batchSize"]
+    assert validate_job(with_(base, "trainer.batchSize", 8)) == []
+    assert fields(validate_job(with_(base, "trainer.batchSize", 6))) == ["spec.trainer.batchSize"]
     explicit = with_(base, "roles.worker.procsPerPod", 2)  # 4 processes now
-    assert validate_job(with_(explicit, "trainer.batchSize", 60)) == []
+    assert validate_job(with_(explicit, "trainer.batchSize", 6)) == []
+    # An uneven split is the data-parallel family's only: 60 over 8 Async workers is not.
+    ps = spec("ParameterServer", worker={"replicas": 2, "gpus": 4}, ps={})
+    ps = with_(ps, "strategy.parameterServer.mode", "Async")
+    assert fields(validate_job(with_(ps, "trainer.batchSize", 60))) == ["spec.trainer.batchSize"]
 
 
 @pytest.mark.parametrize(
