@@ -100,6 +100,12 @@ class Facts:
     """Exit codes listed both retryable and permanent, as "75, 76"."""
     codePath: str = ""
     """trainer.codePath as written ("" when unset)."""
+    has_min_replicas: bool = False
+    """roles.worker.minReplicas is set (an elastic job)."""
+    minReplicas: int = 0
+    workerReplicas: int = 0
+    has_elastic_policy: bool = False
+    """runPolicy.elastic is set."""
 
     @property
     def stageTensorParallel(self) -> int:
@@ -192,6 +198,10 @@ class Facts:
                 )
             ),
             codePath=trainer.codePath or "",
+            has_min_replicas=roles.worker is not None and roles.worker.minReplicas is not None,
+            minReplicas=(roles.worker.minReplicas or 0) if roles.worker else 0,
+            workerReplicas=roles.worker.replicas if roles.worker else 0,
+            has_elastic_policy=spec.runPolicy.elastic is not None,
         )
 
 

@@ -142,6 +142,11 @@ def _interleaved_rounds_ok(f: Facts) -> bool:
     return f.microbatches % max(1, f.microbatches // max(1, f.pipelineDegree)) == 0
 
 
+# Elastic jobs (roles.worker.minReplicas): the strategies that train the same model at any
+# worker count (the trainer weights uneven shards), or a custom command, with workers only.
+_ELASTIC = (StrategyType.DATA_PARALLEL, StrategyType.FSDP, StrategyType.CPU_OFFLOAD)
+_HAS_MIN = "has(self.roles.worker) && has(self.roles.worker.minReplicas)"
+
 RULES: tuple[Rule, ...] = (
     Rule(
         "roles.worker",
@@ -149,6 +154,34 @@ RULES: tuple[Rule, ...] = (
         "has(self.roles.worker)", lambda f: f.has_worker,
         "required for strategy {strategy}: its training processes run in the worker pods",
         "FieldValueRequired",
+    ),
+    Rule(
+        "roles.worker.minReplicas",
+        _HAS_MIN, lambda f: f.has_min_replicas,
+        f"({_is(*_ELASTIC)} || !({BUNDLED_TRAINER})) && !has(self.roles.ps) "
+        "&& !has(self.roles.stage)",
+        lambda f: (f.strategy in _ELASTIC or not f.bundled_trainer)
+        and not f.has_ps and not f.has_stage,
+        "elastic jobs are DataParallel, FSDP, CPUOffload or a custom trainer.command, with "
+        "workers only: a pipeline's stages, parameter servers and tensor-parallel groups "
+        "have a fixed shape",
+        "FieldValueForbidden",
+    ),
+    Rule(
+        "roles.worker.minReplicas",
+        _HAS_MIN, lambda f: f.has_min_replicas,
+        "self.roles.worker.minReplicas <= self.roles.worker.replicas",
+        lambda f: f.minReplicas <= f.workerReplicas,
+        "must be at most replicas (the most workers the job runs with)",
+        detail="{minReplicas} > {workerReplicas}",
+    ),
+    Rule(
+        "runPolicy.elastic",
+        "has(self.runPolicy) && has(self.runPolicy.elastic)",
+        lambda f: f.has_elastic_policy,
+        _HAS_MIN, lambda f: f.has_min_replicas,
+        "only for an elastic job: set roles.worker.minReplicas",
+        "FieldValueForbidden",
     ),
     Rule(
         "roles.stage",

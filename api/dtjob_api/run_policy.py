@@ -110,6 +110,16 @@ class PodFailurePolicy(ApiModel):
     """Rules in order; the first match wins."""
 
 
+class ElasticPolicy(ApiModel):
+    """How often an elastic job (roles.worker.minReplicas) may be resized."""
+
+    cooldownSeconds: int = Field(default=600, ge=0, le=86400)
+    """Least time between two resizes, and how long room for more workers must stay free
+    before the job grows into it."""
+    maxResizes: int = Field(default=10, ge=0, le=1000)
+    """Resizes allowed over the job's life (growth and shrinking); then its size stays."""
+
+
 class RunPolicy(ApiModel):
     """Restarts, deadlines and clean-up."""
 
@@ -138,6 +148,8 @@ class RunPolicy(ApiModel):
     """Built-in admission: times a gang whose pods are not all ready within the operator's
     pods-ready timeout is released and re-queued; one more timeout fails the job with the
     reason its pods were not ready (e.g. ImagePullBackOff)."""
+    elastic: ElasticPolicy | None = None
+    """Resize limits of an elastic job (roles.worker.minReplicas)."""
     cleanPodPolicy: CleanPodPolicy = CleanPodPolicy.RUNNING
     """When the job finishes: delete All pods, only Running ones (failed pods stay for their
     logs until the TTL), or None."""

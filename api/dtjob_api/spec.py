@@ -398,10 +398,23 @@ class StageRoleSpec(RoleSpec):
         return self.model_copy(update={**update, "memory": group.memory or self.memory})
 
 
+class WorkerRoleSpec(RoleSpec):
+    """The worker role: a RoleSpec that may be elastic."""
+
+    minReplicas: int | None = Field(default=None, ge=1, le=4096)
+    """Elastic: the fewest worker pods the job runs with (replicas is the most). It is
+    admitted at the largest size that fits, grows into free GPUs and shrinks instead of
+    being preempted whole (docs/admission.md, "Elastic jobs")."""
+
+    @property
+    def elastic(self) -> bool:
+        return self.minReplicas is not None and self.minReplicas < self.replicas
+
+
 class RolesSpec(ApiModel):
     """The job's roles; which are required or forbidden depends on the strategy."""
 
-    worker: RoleSpec | None = None
+    worker: WorkerRoleSpec | None = None
     """Workers: every strategy except ModelParallel, Pipeline and Hybrid."""
     ps: RoleSpec | None = None
     """Parameter servers: ParameterServer strategy only."""

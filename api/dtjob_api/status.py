@@ -98,6 +98,23 @@ class AdmissionStatus(ApiModel):
     """Where the gang was placed: its smallest topology domain (<label>=<value>)."""
 
 
+class ElasticStatus(ApiModel):
+    """An elastic job's size (roles.worker.minReplicas .. replicas) and its resizes."""
+
+    replicas: int = 0
+    """Worker pods of the gang now (what the admission gave it)."""
+    minReplicas: int = 0
+    """roles.worker.minReplicas."""
+    maxReplicas: int = 0
+    """roles.worker.replicas."""
+    resizes: int = 0
+    """Resizes so far (growth and shrinking; none counts as a failure)."""
+    lastResizeTime: str | None = None
+    """When the last resize began."""
+    lastResizeReason: str | None = None
+    """Why, e.g. "grew from 2 to 4 workers into free GPUs"."""
+
+
 class DistributedTrainingJobStatus(ApiModel):
     """Observed state of the job."""
 
@@ -135,3 +152,5 @@ class DistributedTrainingJobStatus(ApiModel):
     """While waiting for admission: the job's place in its namespace's queue (1 is next)."""
     admission: AdmissionStatus | None = None
     """Re-queues and preemptions by the built-in admission."""
+    elastic: ElasticStatus | None = None
+    """An elastic job's size and resizes."""

@@ -10,10 +10,14 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from unit.operator.elastic_cases import ELASTIC_BAD, ELASTIC_GOOD
 from unit.operator.guard_cases import GUARD_BAD, GUARD_GOOD
 
 from dtjob_api import GROUP, KIND, PLURAL, VERSION
 from helpers.crd import assert_refused, install_crd
+
+BAD = GUARD_BAD + ELASTIC_BAD
+GOOD = GUARD_GOOD + ELASTIC_GOOD
 
 
 @pytest.fixture(scope="module")
@@ -22,14 +26,14 @@ def jobs(cluster: Any) -> client.CustomObjectsApi:
     return client.CustomObjectsApi(cluster.api)
 
 
-@pytest.mark.parametrize(("spec", "field", "words"), GUARD_BAD, ids=[b[1] for b in GUARD_BAD])
+@pytest.mark.parametrize(("spec", "field", "words"), BAD, ids=[b[1] for b in BAD])
 def test_hole_is_refused_at_apply_naming_the_field(
     jobs: client.CustomObjectsApi, namespace: str, spec: dict[str, Any], field: str, words: str
 ) -> None:
     assert_refused(jobs, namespace, spec, field, words)
 
 
-@pytest.mark.parametrize("spec", GUARD_GOOD)
+@pytest.mark.parametrize("spec", GOOD)
 def test_well_formed_neighbour_is_accepted(
     jobs: client.CustomObjectsApi, namespace: str, spec: dict[str, Any]
 ) -> None:

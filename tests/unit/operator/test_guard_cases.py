@@ -6,18 +6,22 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from unit.operator.elastic_cases import ELASTIC_BAD, ELASTIC_GOOD
 from unit.operator.guard_cases import GUARD_BAD, GUARD_GOOD
 
 from dtjob_api.resource_names import is_whole_units
 from dtjob_api.validation import validate_job
 
+BAD = GUARD_BAD + ELASTIC_BAD
+GOOD = GUARD_GOOD + ELASTIC_GOOD
 
-@pytest.mark.parametrize("good", GUARD_GOOD)
+
+@pytest.mark.parametrize("good", GOOD)
 def test_well_formed_neighbours_pass(good: dict[str, Any]) -> None:
     assert validate_job(good, name="job-1") == []
 
 
-@pytest.mark.parametrize(("bad", "field", "words"), GUARD_BAD, ids=[b[1] for b in GUARD_BAD])
+@pytest.mark.parametrize(("bad", "field", "words"), BAD, ids=[b[1] for b in BAD])
 def test_holes_are_refused_naming_the_field(bad: dict[str, Any], field: str, words: str) -> None:
     errors = validate_job(bad, name="job-1")
     assert field in [e.field for e in errors], errors

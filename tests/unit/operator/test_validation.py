@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 from unit.operator.custom_cases import CUSTOM_BAD
+from unit.operator.elastic_cases import ELASTIC_BAD
 from unit.operator.guard_cases import GUARD_BAD
 from unit.operator.pipeline_tp_cases import PIPELINE_TP_BAD
 from unit.operator.speed_cases import SPEED_BAD
@@ -333,6 +334,7 @@ def _parsed(spec: dict[str, Any]) -> DistributedTrainingJobSpec | None:
 
 def test_every_rule_is_exercised_by_a_bad_case() -> None:
     cases = BAD + TP_BAD + STAGE_GROUP_BAD + PIPELINE_TP_BAD + CUSTOM_BAD + SPEED_BAD + GUARD_BAD
+    cases += ELASTIC_BAD
     # Cases refused by the schema itself (pydantic) never reach the cross-field rules.
     parsed = [s for s in (_parsed(bad) for bad, _, _ in cases) if s is not None]
     facts = [Facts.of(spec) for spec in parsed]
