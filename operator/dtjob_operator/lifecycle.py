@@ -152,7 +152,7 @@ class _Planner(PlanState):
             return self._fail(
                 REASON_INVALID_SPEC, shown + (f" (and {more} more)" if more > 0 else "")
             )
-        job = Job.from_object(self.o.job)
+        job = Job.from_object(self.o.job, size=self.o.elastic_size)
         self.job, self.spec = job, job.spec
         self.gang = gang_of(self.o.pods, self.restarts)
         external = self.settings.admission == "external" and not self.o.kueue
@@ -360,6 +360,22 @@ class _Planner(PlanState):
         self._requeue_while_active()
         return self._render()
 
+    def _record_size(self) -> None:
+        """status.elastic of an elastic job: the worker pods of the gang it was admitted
+        with (built from this size), and its bounds."""
+        spec = self.spec
+        if spec is None or spec.roles.worker is None:
+            return
+        declared = (self.job.declared or spec).roles.worker
+        if declared is None or declared.minReplicas is None:
+            return
+        self.elastic.update(
+            replicas=spec.roles.worker.replicas,
+            minReplicas=declared.minReplicas,
+            maxReplicas=declared.replicas,
+        )
+        self.elastic.setdefault("resizes", 0)
+
     def _start_gang(self, policy: RunPolicy) -> Plan:
         if not self.o.admitted:
             preempted = self._waiting_after_preemption()
@@ -378,6 +394,7 @@ class _Planner(PlanState):
                 self._event(EVENT_WARNING if released else EVENT_NORMAL, reason, message)
             self.queue_position = self.o.queue_position
             self.admission.pop("domain", None)  # placed again once admitted again
+            self.elastic.pop("replicas", None)  # sized again too
             self.requeue.append(self.settings.resync_seconds)
             return self._render()
         prior = self._prior_condition(CONDITION_ADMITTED)
@@ -386,6 +403,7 @@ class _Planner(PlanState):
         message = self.o.admitted_message or kept or "the whole gang may start"
         if self.o.domain:
             self.admission["domain"] = self.o.domain
+        self._record_size()
         self._condition(CONDITION_ADMITTED, True, REASON_ADMITTED, message)
         # Kueue's word gets its Event here; the built-in admission's comes from the executor,
         # once per admission (reconcile._announce_admission), with this message.

@@ -71,6 +71,7 @@ class PlanState:
         self.requeue: list[float] = []
         self.queue_position: int | None = None
         self.admission: dict[str, Any] = dict(self.prior.get("admission") or {})
+        self.elastic: dict[str, Any] = dict(self.prior.get("elastic") or {})
         self.builtin_admission = settings.admission == "builtin"
         self.storage: StorageVerdict | None = None
         self._built: dict[int, list[Manifest]] = {}
@@ -245,6 +246,8 @@ class PlanState:
             status["queuePosition"] = self.queue_position
         if self.admission:
             status["admission"] = self.admission
+        if self.elastic:
+            status["elastic"] = self.elastic
         return Plan(
             status=status,
             create=self.create,

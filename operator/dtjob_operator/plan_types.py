@@ -40,6 +40,8 @@ class Observed:
     and the flavors); said in the Admitted=True condition and, once, in an Event."""
     domain: str | None = None
     """Where the built-in admission placed the gang (status.admission.domain)."""
+    elastic_size: int | None = None
+    """The worker pods the built-in admission gave an elastic job (status.elastic)."""
     kueue: bool = False
     """Kueue admits the job (its queue label, or the operator's admission mode "kueue")."""
     queue_position: int | None = None

@@ -324,6 +324,8 @@ class Reconciler:
             if view.admitted and view.domain:
                 admission["admitted_message"] = f"the whole gang fits, placed in {view.domain}"
                 admission["domain"] = view.domain
+            if view.admitted and view.size is not None:
+                admission["elastic_size"] = view.size
             if view.refit_pending:
                 admission["refit_pending"] = True
                 self.admission.request()  # the check it waits for (timer passes may sleep)

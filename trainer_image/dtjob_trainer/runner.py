@@ -46,13 +46,28 @@ def read_config_file(path: str) -> TrainerConfig:
     return load_config(data)
 
 
-def check_env_matches(env: DistEnv, cfg: TrainerConfig) -> None:
-    """The contract and the config must describe the same gang."""
-    if env.world_size != cfg.world_size():
-        raise ConfigError(
-            f"environment variable WORLD_SIZE: {env.world_size}, but the config's roles give "
-            f"{cfg.world_size()} processes"
-        )
+def check_env_matches(env: DistEnv, cfg: TrainerConfig) -> TrainerConfig:
+    """The config of the gang the contract describes. The config must describe it, except
+    for an elastic job: its config is the spec (the most workers), and WORLD_SIZE says how
+    many this gang has, anywhere from roles.worker.minReplicas to replicas pods."""
+    if env.world_size == cfg.world_size():
+        return cfg
+    worker = cfg.roles.worker
+    if worker is not None and worker.minReplicas is not None and cfg.roles.ps is None:
+        pods, rest = divmod(env.world_size, worker.processes())
+        if rest == 0 and worker.minReplicas <= pods <= worker.replicas:
+            sized = worker.model_copy(update={"replicas": pods})
+            roles = cfg.roles.model_copy(update={"worker": sized})
+            return TrainerConfig(cfg.spec.model_copy(update={"roles": roles}))
+    elastic = (
+        f" (or, elastic, {worker.minReplicas} to {worker.replicas} pods of {worker.processes()})"
+        if worker is not None and worker.minReplicas is not None
+        else ""
+    )
+    raise ConfigError(
+        f"environment variable WORLD_SIZE: {env.world_size}, but the config's roles give "
+        f"{cfg.world_size()} processes{elastic}"
+    )
 
 
 def block_options(cfg: TrainerConfig) -> str:
@@ -131,7 +146,7 @@ def _train(
 ) -> int:
     # Heavy imports after the cheap checks, so a bad config fails in milliseconds.
     cfg = read_config_file(env.config_path)
-    check_env_matches(env, cfg)
+    cfg = check_env_matches(env, cfg)
     from dtjob_trainer.strategies import load_strategy, strategy_key
 
     key = strategy_key(cfg)

@@ -74,6 +74,8 @@ class AdmissionView:
     """pod name -> the node a pass placed it on: it is created pinned there."""
     domain: str | None = None
     """Where the pass that admitted (or refitted) the gang placed it (topology.describe)."""
+    size: int | None = None
+    """The pods an elastic job was admitted with."""
 
 
 class AdmissionBook:
@@ -93,6 +95,7 @@ class AdmissionBook:
         # a later pass reserves them there instead of placing them afresh.
         self._placements: dict[str, dict[str, str]] = {}
         self._domains: dict[str, str] = {}
+        self._sizes: dict[str, int] = {}
         self._forgotten: dict[str, int] = {}
         self._epoch = 0
         self._cleared = -1
@@ -113,6 +116,8 @@ class AdmissionBook:
                 if self._verdicts.get(uid) != verdict:
                     changed.append(uid)
                 self._verdicts[uid] = verdict
+                if uid in decisions.sizes:
+                    self._sizes[uid] = decisions.sizes[uid]
             for uid, verdict in decisions.preempt.items():
                 if self._forgotten.get(uid, -1) > since or uid in self._preempt:
                     continue
@@ -158,11 +163,12 @@ class AdmissionBook:
             return AdmissionView(False, release[1].message, release[1].reason)
         with self._lock:
             placed = dict(self._placements.get(uid) or {})
-            domain = self._domains.get(uid)
+            domain, size = self._domains.get(uid), self._sizes.get(uid)
         if status_admitted and _awaits_refit(job, refit):
-            return AdmissionView(True, refit_pending=True, placements=placed, domain=domain)
+            return AdmissionView(True, refit_pending=True, placements=placed, domain=domain,
+                                 size=size)  # fmt: skip
         if status_admitted or (verdict is not None and verdict.admit):
-            return AdmissionView(True, placements=placed, domain=domain)
+            return AdmissionView(True, placements=placed, domain=domain, size=size)
         if verdict is None:
             # No pass has judged it since (this replica started leading, or a release was
             # just written): what its status says still holds. Saying "waiting" meanwhile
@@ -195,6 +201,7 @@ class AdmissionBook:
             self._refit.pop(uid, None)
             self._placements.pop(uid, None)
             self._domains.pop(uid, None)
+            self._sizes.pop(uid, None)
 
     def kept_placements(self) -> dict[str, dict[str, str]]:
         """uid -> pod name -> node of the placements given so far (a copy)."""
@@ -214,6 +221,7 @@ class AdmissionBook:
             self._refit.clear()
             self._placements.clear()
             self._domains.clear()
+            self._sizes.clear()
 
     def __contains__(self, uid: object) -> bool:
         with self._lock:

@@ -75,6 +75,8 @@ class Decisions:
     this pass checked (with its old pods gone). Only then does the reconcile create it."""
     domains: dict[str, str] = field(default_factory=dict)
     """uid -> where a gang placed whole in this pass went (topology.describe)."""
+    sizes: dict[str, int] = field(default_factory=dict)
+    """uid -> the pods an elastic job was admitted with (its largest size that fits)."""
     keys: dict[str, tuple[str, str]] = field(default_factory=dict)
     """uid -> (namespace, name) of every job mentioned above."""
     placements: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -135,11 +137,15 @@ def decide(snapshot: Snapshot, *, preemption: bool) -> Decisions:
     reasons: dict[str, tuple[str, str]] = {}
     for job in in_queue_order(j for j in snapshot.jobs if not j.admitted):
         result.keys[job.uid] = job.key
+        if job.elastic_min is not None:
+            job = _sized(job, quotas.get(job.namespace), nodes, snapshot.topology_levels)
         reason, message = _judge(
             job, snapshot, quotas, nodes, blocked, releasing, preemption, admitted, result, ctx
         )
         if reason == REASON_ADMITTED:
             result.verdicts[job.uid] = Verdict(True, REASON_ADMITTED, message)
+            if job.elastic_min is not None:
+                result.sizes[job.uid] = len(job.gang)
         else:
             waiting.append(job)
             reasons[job.uid] = (reason, message)
@@ -262,6 +268,27 @@ def _refit(
     if quota is not None:
         quota.room = subtract(quota.room, job.need)
     return None
+
+
+def _sized(
+    job: JobView, quota: Quota | None, nodes: Sequence[Node], levels: Sequence[str]
+) -> JobView:
+    """An elastic job at the most pods in [elastic_min, len(gang)] that fit its quota room
+    and have a placement now, else at its minimum (which then waits, is never admissible,
+    or preempts, as any gang of that size)."""
+    least = job.elastic_min or len(job.gang)
+    for size in range(len(job.gang), least, -1):
+        pods = job.gang[:size]
+        if quota is not None and quota_shortfall(add(*(p.requests for p in pods)), quota.room):
+            continue
+        if place_gang(pods, nodes, levels, job.topology) is not None:
+            return _first(job, size)
+    return _first(job, least)
+
+
+def _first(job: JobView, size: int) -> JobView:
+    """The job as a gang of its first `size` pods (ranks 0 .. size - 1)."""
+    return replace(job, gang=job.gang[:size], pod_names=job.pod_names[:size])
 
 
 def _kept(job: JobView, kept: dict[str, str], nodes: Sequence[Node]) -> dict[str, str] | None:

@@ -25,6 +25,7 @@ from dtjob_operator.admission.resources import (
 )
 from dtjob_operator.admission.topology import TopologyRequest
 from dtjob_operator.builders import Job, build_pods
+from dtjob_operator.builders.job import FULL_SIZE
 from dtjob_operator.constants import (
     CONDITION_ADMITTED,
     LABEL_GENERATION,
@@ -77,6 +78,9 @@ class JobView:
     """The names of the `missing` pods (as `missing`)."""
     topology: TopologyRequest | None = None
     """spec.placement.topology: the level the gang is packed into."""
+    elastic_min: int | None = None
+    """An elastic job's fewest pods (roles.worker.minReplicas): the gang's first n pods,
+    for any n from it to len(gang), are a gang too."""
 
     @property
     def need(self) -> Resources:
@@ -107,7 +111,9 @@ def gang_pods(job: Obj, settings: OperatorSettings) -> list[GangPod] | None:
     """The pods the builders would create for the job's current gang; None when the spec
     does not parse (the planner fails such a job; admission ignores it)."""
     try:
-        parsed = Job.from_object(job)
+        # A waiting elastic job is judged from its maximum down; an admitted one holds the
+        # size it was given (status.elastic.replicas).
+        parsed = Job.from_object(job, size=None if is_admitted(job) else FULL_SIZE)
         restarts = int((job.get("status") or {}).get("restarts") or 0)
         manifests = build_pods(parsed, restarts, settings)
     except (ValueError, KeyError, TypeError):
@@ -384,4 +390,15 @@ def job_view(
         restarted=restarted,
         pod_names=tuple(g.name for g in gang),
         topology=topology_request(job),
+        elastic_min=elastic_min(job, len(gang)),
     )
+
+
+def elastic_min(job: Obj, pods: int) -> int | None:
+    """roles.worker.minReplicas where the job is elastic and its gang is its workers alone
+    (one pod per replica), and below the gang's size; else None."""
+    roles = (job.get("spec") or {}).get("roles") or {}
+    least = (roles.get("worker") or {}).get("minReplicas")
+    if not isinstance(least, int) or set(roles) != {"worker"} or not 1 <= least < pods:
+        return None
+    return least

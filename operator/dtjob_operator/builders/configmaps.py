@@ -17,7 +17,7 @@ from dtjob_operator.naming import (
 def config_json(job: Job) -> str:
     """The job's spec as the trainer reads it: camelCase, defaults filled, unset optionals
     left out, keys sorted so the same spec always gives the same bytes."""
-    return json.dumps(job.spec.to_api(), sort_keys=True, indent=2)
+    return json.dumps((job.declared or job.spec).to_api(), sort_keys=True, indent=2)
 
 
 def build_config_map(job: Job) -> Manifest:

@@ -24,22 +24,54 @@ class Job:
     namespace: str
     uid: str
     spec: DistributedTrainingJobSpec
+    """The spec of the gang that runs: an elastic job's at its current size."""
+    declared: DistributedTrainingJobSpec | None = None
+    """The spec as written, where it differs (an elastic job below its maximum): the job
+    config the trainer reads is this one, and WORLD_SIZE gives the size (env contract)."""
 
     def __post_init__(self) -> None:
         # Every builder, policy and status reads the strategy that runs, whoever made the Job.
         object.__setattr__(self, "spec", resolve(self.spec))
+        if self.declared is not None:
+            object.__setattr__(self, "declared", resolve(self.declared))
 
     @classmethod
-    def from_object(cls, obj: Mapping[str, Any]) -> Job:
-        """From the object as the API returns it; raises pydantic.ValidationError when the
-        spec does not parse."""
+    def from_object(cls, obj: Mapping[str, Any], size: int | None = None) -> Job:
+        """From the object as the API returns it, an elastic job at `size` worker pods (by
+        default its status.elastic.replicas, else its maximum); raises
+        pydantic.ValidationError when the spec does not parse."""
         meta = obj["metadata"]
+        spec = DistributedTrainingJobSpec.model_validate(obj.get("spec") or {})
+        sized = at_size(spec, size if size is not None else elastic_size(obj))
         return cls(
             name=meta["name"],
             namespace=meta.get("namespace", "default"),
             uid=meta.get("uid", ""),
-            spec=DistributedTrainingJobSpec.model_validate(obj.get("spec") or {}),
+            spec=sized,
+            declared=spec if sized is not spec else None,
         )
+
+
+FULL_SIZE = 0
+"""from_object(size=FULL_SIZE): an elastic job at its maximum, whatever its status says."""
+
+
+def elastic_size(obj: Mapping[str, Any]) -> int | None:
+    """The worker pods the admission gave an elastic job (status.elastic.replicas)."""
+    size = ((obj.get("status") or {}).get("elastic") or {}).get("replicas")
+    return size if isinstance(size, int) and size > 0 else None
+
+
+def at_size(spec: DistributedTrainingJobSpec, size: int | None) -> DistributedTrainingJobSpec:
+    """An elastic spec with `size` worker pods; any other spec, or a size outside
+    [minReplicas, replicas], unchanged."""
+    worker = spec.roles.worker
+    if size is None or worker is None or worker.minReplicas is None:
+        return spec
+    if not worker.minReplicas <= size <= worker.replicas or size == worker.replicas:
+        return spec
+    roles = spec.roles.model_copy(update={"worker": worker.model_copy(update={"replicas": size})})
+    return spec.model_copy(update={"roles": roles})
 
 
 def owner_reference(job: Job) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from unit.operator.builders import JobBuilder, PodBuilder, a_job, a_pod, at, iso, pods
@@ -178,3 +179,33 @@ def test_a_status_patch_removes_keys_dropped_at_any_depth() -> None:
     assert status_patch(old, new) == {
         "admission": {"preemptions": 1, "domain": None}, "progress": {"step": 4}, "x": None,
     }  # fmt: skip
+
+
+def test_an_elastic_job_starts_at_the_size_it_was_admitted_with() -> None:
+    """The gang is built at the admitted size (the ranks 0 .. size - 1, WORLD_SIZE of that
+    size), the size is kept in status.elastic, and the job config stays the spec as
+    written: the trainer sizes itself from WORLD_SIZE."""
+    elastic = a_job().with_workers(4, gpus=4, minReplicas=2)
+    queued = after(elastic, admitted=False)
+    p = run(queued, now=30, elastic_size=3)
+    pods_made = [m for m in p.create if m["kind"] == "Pod"]
+    assert [m["metadata"]["name"] for m in pods_made] == [f"j-worker-{i}" for i in range(3)]
+    env = {e["name"]: e.get("value") for e in pods_made[0]["spec"]["containers"][0]["env"]}
+    assert env["WORLD_SIZE"] == "12"
+    config = next(m for m in p.create if m["kind"] == "ConfigMap" and "config.json" in m["data"])
+    assert json.loads(config["data"]["config.json"])["roles"]["worker"]["replicas"] == 4
+    assert p.status["elastic"] == {"replicas": 3, "minReplicas": 2, "maxReplicas": 4,
+                                   "resizes": 0}  # fmt: skip
+    # A restarted operator knows the size from the status.
+    starting = queued.copy().with_full_status(p.status)
+    again = run(starting, now=40)
+    assert again.status["elastic"]["replicas"] == 3
+    assert not [m for m in again.create if m["metadata"]["name"] == "j-worker-3"]
+    # Preempted and queued again, it is sized again at its next admission.
+    gang = [a_pod(elastic, "worker", i).running().ready() for i in range(3)]
+    running = after(starting, *gang, now=45)
+    victim = running.copy().with_full_status(
+        run(running, *gang, now=50, preempted="by urgent").status
+    )
+    waiting = run(victim, now=60, admitted=False, admission_message="behind")
+    assert "replicas" not in waiting.status["elastic"]

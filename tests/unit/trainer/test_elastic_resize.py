@@ -7,16 +7,23 @@ uninterrupted 4-process run to 1e-10, loss by loss and parameter by parameter.""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from unit.trainer.harness import a_spec, launch
+from unit.trainer.harness import a_spec, launch, trainer_env
 from unit.trainer.reference import assert_losses_close, assert_params_close
 
 from dtjob_trainer.checkpoint import Checkpointer
+from dtjob_trainer.config import load_config
 from dtjob_trainer.data import shard
+from dtjob_trainer.env import read_env
+from dtjob_trainer.errors import ConfigError
+from dtjob_trainer.runner import check_env_matches
+
+ENV = read_env(trainer_env(Path("config.json"), Path("ckpt"), rank=0, world=4, port=29500))
 
 
 def _spec(strategy: str, steps: int) -> dict[str, Any]:
@@ -51,3 +58,21 @@ def test_shards_are_contiguous_and_concatenate_to_the_global_batch(size: int, pa
     pieces = [shard(indices, p, parts) for p in range(parts)]
     assert torch.equal(torch.cat(pieces), indices)
     assert [len(p) for p in pieces] == [len(t) for t in torch.tensor_split(indices, parts)]
+
+
+def test_an_elastic_config_takes_its_size_from_world_size() -> None:
+    """The config of an elastic job is its spec (the most workers); WORLD_SIZE says how many
+    this gang has, from minReplicas to replicas pods, and nothing else passes."""
+    spec = a_spec("DataParallel", workers=4)
+    spec["roles"]["worker"]["minReplicas"] = 2
+    cfg = load_config(spec)
+    for world in (2, 3, 4):
+        sized = check_env_matches(replace(ENV, world_size=world), cfg)
+        assert (sized.world_size(), sized.roles.worker.replicas) == (world, world)
+    with pytest.raises(ConfigError, match=r"WORLD_SIZE: 1, .* \(or, elastic, 2 to 4 pods of 1\)"):
+        check_env_matches(replace(ENV, world_size=1), cfg)
+    fixed = load_config(a_spec("DataParallel", workers=4))
+    with pytest.raises(
+        ConfigError, match=r"WORLD_SIZE: 2, but the config's roles give 4 processes$"
+    ):
+        check_env_matches(replace(ENV, world_size=2), fixed)
