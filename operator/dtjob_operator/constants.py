@@ -111,6 +111,7 @@ REASON_POD_FAILED_PERMANENT: Final = "PodFailedPermanent"
 # Exit 143 (SIGTERM, checkpoint written); also the reason of a job suspended by admission
 # for a higher-priority one.
 REASON_PREEMPTED: Final = "Preempted"
+REASON_RESIZED: Final = "Resized"
 REASON_RENDEZVOUS_TIMEOUT: Final = "RendezvousTimeout"  # exit 200
 REASON_PEER_LOST: Final = "PeerLost"  # exit 201
 # A gang member was disrupted (DisruptionTarget: eviction, preemption, drain, taint

@@ -54,6 +54,7 @@ from dtjob_api.spec import RunPolicy
 from dtjob_api.status import TERMINAL_PHASES, JobPhase
 from dtjob_api.validation import validate_job
 from dtjob_operator.builders import Job
+from dtjob_operator.builders.job import elastic_size
 from dtjob_operator.constants import (
     CONDITION_ADMITTED,
     CONDITION_FAILED,
@@ -76,6 +77,7 @@ from dtjob_operator.constants import (
     REASON_PODS_READY,
     REASON_PODS_READY_TIMEOUT,
     REASON_PREEMPTED,
+    REASON_RESIZED,
     REASON_RESUMED,
     REASON_SUSPENDED,
     REASON_WAITING_FOR_ADMISSION,
@@ -152,7 +154,9 @@ class _Planner(PlanState):
             return self._fail(
                 REASON_INVALID_SPEC, shown + (f" (and {more} more)" if more > 0 else "")
             )
-        job = Job.from_object(self.o.job, size=self.o.elastic_size)
+        # The size the status records once written; the pass's until then.
+        size = None if elastic_size(self.o.job) else self.o.elastic_size
+        job = Job.from_object(self.o.job, size=size)
         self.job, self.spec = job, job.spec
         self.gang = gang_of(self.o.pods, self.restarts)
         external = self.settings.admission == "external" and not self.o.kueue
@@ -168,6 +172,8 @@ class _Planner(PlanState):
             return self._suspend()
         if self.o.preempted is not None:
             return self._preempt(self.o.preempted)
+        if self.o.resize is not None and self._resizable(self.o.resize[0]):
+            return self._resize(*self.o.resize)
         if self.prior_phase == JobPhase.SUSPENDED and not self._waiting_after_preemption():
             self._condition(CONDITION_SUSPENDED, False, REASON_RESUMED, "the job was resumed")
             self._event(EVENT_NORMAL, REASON_RESUMED, "the job was resumed")
@@ -228,6 +234,40 @@ class _Planner(PlanState):
         self._condition(CONDITION_ADMITTED, False, REASON_PREEMPTED, message)
         self._event(EVENT_WARNING, REASON_PREEMPTED, message)
         self.admission["preemptions"] = int(self.admission.get("preemptions") or 0) + 1
+        self.gang = []
+        self.requeue.append(self.settings.resync_seconds)
+        return self._render()
+
+    def _resizable(self, size: int) -> bool:
+        """A running gang of another size than `size`, not being created or restarted."""
+        worker = self.spec.roles.worker if self.spec else None
+        return (
+            worker is not None
+            and size != worker.replicas
+            and self.prior_phase == JobPhase.RUNNING
+            and bool(self.gang)
+        )
+
+    def _resize(self, size: int, why: str) -> Plan:
+        """An elastic job resized by the admission: like a gang restart that is no failure.
+        The pods get SIGTERM (a checkpoint), the next generation is created at `size` once
+        they are gone and a pass has checked it still fits, and it resumes there. Neither
+        restart count nor backoffLimit is charged beyond the generation."""
+        worker = self.spec.roles.worker if self.spec else None
+        was = worker.replicas if worker else 0
+        message = f"{why}: the gang restarts with {size} workers (was {was}) from its checkpoint"
+        self.restarts += 1  # a new generation of pods; countedRestarts stays
+        self.elastic.update(
+            replicas=size,
+            resizes=int(self.elastic.get("resizes") or 0) + 1,
+            lastResizeTime=format_time(self.now),
+            lastResizeReason=why,
+        )
+        self.phase = JobPhase.RESTARTING
+        self._condition(CONDITION_RESTARTING, True, REASON_RESIZED, message)
+        self._condition(CONDITION_RUNNING, False, REASON_RESIZED, message)
+        self._event(EVENT_NORMAL, REASON_RESIZED, message)
+        self.delete.update(live_names(self.o.pods))
         self.gang = []
         self.requeue.append(self.settings.resync_seconds)
         return self._render()

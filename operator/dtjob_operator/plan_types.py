@@ -42,6 +42,8 @@ class Observed:
     """Where the built-in admission placed the gang (status.admission.domain)."""
     elastic_size: int | None = None
     """The worker pods the built-in admission gave an elastic job (status.elastic)."""
+    resize: tuple[int, str] | None = None
+    """The admission resizes this running elastic job: (worker pods, why)."""
     kueue: bool = False
     """Kueue admits the job (its queue label, or the operator's admission mode "kueue")."""
     queue_position: int | None = None

@@ -326,6 +326,8 @@ class Reconciler:
                 admission["domain"] = view.domain
             if view.admitted and view.size is not None:
                 admission["elastic_size"] = view.size
+            if view.resize is not None:
+                admission["resize"] = view.resize
             if view.refit_pending:
                 admission["refit_pending"] = True
                 self.admission.request()  # the check it waits for (timer passes may sleep)

@@ -34,6 +34,7 @@ from dtjob_operator.admission.snapshot import (
     is_admitted,
     requeue_not_before,
 )
+from dtjob_operator.builders.job import elastic_size
 from dtjob_operator.k8s import KubeApi, is_transport_error, versions
 from dtjob_operator.kueue.workload import queue_of
 from dtjob_operator.metrics import OperatorMetrics
@@ -76,6 +77,8 @@ class AdmissionView:
     """Where the pass that admitted (or refitted) the gang placed it (topology.describe)."""
     size: int | None = None
     """The pods an elastic job was admitted with."""
+    resize: tuple[int, str] | None = None
+    """A running elastic job to resize: (pods, why)."""
 
 
 class AdmissionBook:
@@ -96,6 +99,8 @@ class AdmissionBook:
         self._placements: dict[str, dict[str, str]] = {}
         self._domains: dict[str, str] = {}
         self._sizes: dict[str, int] = {}
+        self._growable_since: dict[str, datetime] = {}
+        self._resize: dict[str, tuple[int, str]] = {}
         self._forgotten: dict[str, int] = {}
         self._epoch = 0
         self._cleared = -1
@@ -140,6 +145,14 @@ class AdmissionBook:
                 kept.update(where)
                 if uid in decisions.domains:
                     self._domains[uid] = decisions.domains[uid]
+            now = datetime.now(UTC)
+            self._growable_since = {
+                uid: self._growable_since.get(uid, now) for uid in decisions.growable
+            }
+            for uid, resize in decisions.resize.items():
+                if self._forgotten.get(uid, -1) <= since and self._resize.get(uid) != resize:
+                    self._resize[uid] = resize
+                    changed.append(uid)
             for uid, generation in decisions.refit.items():
                 if self._forgotten.get(uid, -1) > since or self._refit.get(uid) == generation:
                     continue
@@ -164,11 +177,14 @@ class AdmissionBook:
         with self._lock:
             placed = dict(self._placements.get(uid) or {})
             domain, size = self._domains.get(uid), self._sizes.get(uid)
+            resize = self._resize.get(uid)
+        if resize is not None and elastic_size(job) == resize[0]:
+            resize = None  # done: the status has the new size
         if status_admitted and _awaits_refit(job, refit):
             return AdmissionView(True, refit_pending=True, placements=placed, domain=domain,
                                  size=size)  # fmt: skip
         if status_admitted or (verdict is not None and verdict.admit):
-            return AdmissionView(True, placements=placed, domain=domain, size=size)
+            return AdmissionView(True, placements=placed, domain=domain, size=size, resize=resize)
         if verdict is None:
             # No pass has judged it since (this replica started leading, or a release was
             # just written): what its status says still holds. Saying "waiting" meanwhile
@@ -202,6 +218,13 @@ class AdmissionBook:
             self._placements.pop(uid, None)
             self._domains.pop(uid, None)
             self._sizes.pop(uid, None)
+            self._growable_since.pop(uid, None)
+            self._resize.pop(uid, None)
+
+    def growable_since(self) -> dict[str, datetime]:
+        """uid -> since when each elastic job has had room to grow, pass after pass."""
+        with self._lock:
+            return dict(self._growable_since)
 
     def kept_placements(self) -> dict[str, dict[str, str]]:
         """uid -> pod name -> node of the placements given so far (a copy)."""
@@ -222,6 +245,8 @@ class AdmissionBook:
             self._placements.clear()
             self._domains.clear()
             self._sizes.clear()
+            self._growable_since.clear()
+            self._resize.clear()
 
     def __contains__(self, uid: object) -> bool:
         with self._lock:
@@ -339,10 +364,10 @@ class AdmissionController:
             started = time.monotonic()
             since = self.book.epoch()
             listed = self._list()
-            snapshot = replace(self._snapshot(listed), kept=self.book.kept_placements())
+            snapshot = self._with_memory(self._snapshot(listed))
             decisions = decide(snapshot, preemption=self.settings.preemption)
             if decisions.admitted and self._quotas_moved(listed):
-                snapshot = replace(self._snapshot(listed), kept=self.book.kept_placements())
+                snapshot = self._with_memory(self._snapshot(listed))
                 decisions = decide(snapshot, preemption=self.settings.preemption)
             changed = self.book.record(decisions, since)
             for uid in changed:
@@ -351,6 +376,12 @@ class AdmissionController:
                 log.info("preempting %s/%s", *decisions.keys[uid])
             self._observe(snapshot, decisions, time.monotonic() - started)
             return decisions
+
+    def _with_memory(self, snapshot: Snapshot) -> Snapshot:
+        """What earlier passes decided that this one builds on: placements given, and
+        since when elastic jobs could grow."""
+        return replace(snapshot, kept=self.book.kept_placements(),
+                       growable_since=self.book.growable_since())  # fmt: skip
 
     def gather(self) -> Snapshot:
         """List what the pass reads and fold it into a Snapshot."""
@@ -461,5 +492,6 @@ class AdmissionController:
             else:
                 queued[job.namespace] = queued.get(job.namespace, 0) + 1
         self.metrics.set_admission_state(queued, gpus)
-        self._nothing_waits = not queued
+        # An elastic job that may grow waits too: for its cooldown to pass (timer passes).
+        self._nothing_waits = not queued and not decisions.growable
         self.metrics.preemptions.inc(len(decisions.preempt))

@@ -46,6 +46,7 @@ from dtjob_operator.constants import (
     REASON_PREEMPTED,
     REASON_WAITING_FOR_ADMISSION,
 )
+from dtjob_operator.naming import pod_name
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,11 @@ class Decisions:
     """uid -> where a gang placed whole in this pass went (topology.describe)."""
     sizes: dict[str, int] = field(default_factory=dict)
     """uid -> the pods an elastic job was admitted with (its largest size that fits)."""
+    growable: dict[str, int] = field(default_factory=dict)
+    """uid -> the most pods a running elastic job could grow to now (nobody of its
+    namespace waiting); it grows once that has held for its cooldown."""
+    resize: dict[str, tuple[int, str]] = field(default_factory=dict)
+    """uid -> (pods, why): running elastic jobs to resize."""
     keys: dict[str, tuple[str, str]] = field(default_factory=dict)
     """uid -> (namespace, name) of every job mentioned above."""
     placements: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -149,6 +155,9 @@ def decide(snapshot: Snapshot, *, preemption: bool) -> Decisions:
         else:
             waiting.append(job)
             reasons[job.uid] = (reason, message)
+    # A job that can never be admitted could not use the room either.
+    hopeful = {j.namespace for j in waiting if reasons[j.uid][0] != REASON_INADMISSIBLE}
+    _grow(snapshot, admitted, hopeful, quotas, nodes, result)
     for uid, position in positions(waiting).items():
         reason, message = reasons[uid]
         ns = result.keys[uid][0]
@@ -270,6 +279,42 @@ def _refit(
     return None
 
 
+def _grow(
+    snapshot: Snapshot,
+    admitted: Sequence[JobView],
+    waiting: set[str],
+    quotas: dict[str, Quota],
+    nodes: list[Node],
+    result: Decisions,
+) -> None:
+    """Running elastic jobs below their maximum, in namespaces where nobody waits: the most
+    pods each could run with now (its own pods' room counted free: the gang restarts
+    whole). One that has had that room for its cooldown, and was not resized for as long,
+    grows; the room it takes is taken off for the jobs after it."""
+    now = snapshot.now
+    for job in in_queue_order(admitted):
+        if job.elastic_max is None or job.namespace in waiting or job.missing or job.unscheduled:
+            continue
+        if job.resizable_at is None or job.uid in result.preempt:
+            continue
+        quota = quotas.get(job.namespace)
+        for size in range(job.elastic_max, len(job.gang), -1):
+            bigger = _grown(job, size)
+            if not _fits_without(bigger, [job], quota, nodes, snapshot.topology_levels):
+                continue
+            result.growable[job.uid] = size
+            since = snapshot.growable_since.get(job.uid, now)
+            if now >= job.resizable_at and (now - since).total_seconds() >= job.cooldown:
+                why = f"grew from {len(job.gang)} to {size} workers into free GPUs"
+                result.resize[job.uid] = (size, why)
+                result.keys[job.uid] = job.key
+                extra = bigger.gang[len(job.gang) :]
+                if quota is not None:
+                    quota.room = subtract(quota.room, add(*(p.requests for p in extra)))
+                place(list(extra), nodes)
+            break
+
+
 def _sized(
     job: JobView, quota: Quota | None, nodes: Sequence[Node], levels: Sequence[str]
 ) -> JobView:
@@ -284,6 +329,15 @@ def _sized(
         if place_gang(pods, nodes, levels, job.topology) is not None:
             return _first(job, size)
     return _first(job, least)
+
+
+def _grown(job: JobView, size: int) -> JobView:
+    """The job as a gang of `size` workers: its pods, and more of the same."""
+    more = size - len(job.gang)
+    names = [pod_name(job.name, "worker", i) for i in range(len(job.gang), size)]
+    return replace(
+        job, gang=job.gang + (job.gang[-1],) * more, pod_names=job.pod_names + tuple(names)
+    )
 
 
 def _first(job: JobView, size: int) -> JobView:

@@ -32,6 +32,7 @@ from dtjob_operator.constants import (
     LABEL_JOB_NAME,
     STATUS_TRUE,
 )
+from dtjob_operator.policies.times import parse_time
 from dtjob_operator.settings import OperatorSettings
 
 Obj = Mapping[str, Any]
@@ -81,6 +82,12 @@ class JobView:
     elastic_min: int | None = None
     """An elastic job's fewest pods (roles.worker.minReplicas): the gang's first n pods,
     for any n from it to len(gang), are a gang too."""
+    elastic_max: int | None = None
+    """An admitted elastic job below its maximum that may still grow: the most pods."""
+    resizable_at: datetime | None = None
+    """Not resized again before (its last resize or start + runPolicy.elastic's cooldown)."""
+    cooldown: float = 0.0
+    """runPolicy.elastic.cooldownSeconds: also how long room must have stayed free."""
 
     @property
     def need(self) -> Resources:
@@ -103,6 +110,8 @@ class Snapshot:
     namespaces_used: dict[str, Resources] = field(default_factory=dict)
     topology_levels: tuple[str, ...] = ()
     """The cluster's topology as node labels, highest level first (settings)."""
+    growable_since: dict[str, datetime] = field(default_factory=dict)
+    """uid -> since when an elastic job has had room to grow (passes in a row)."""
     kept: dict[str, dict[str, str]] = field(default_factory=dict)
     """uid -> pod name -> node: where earlier passes placed pods not created yet."""
 
@@ -391,7 +400,24 @@ def job_view(
         pod_names=tuple(g.name for g in gang),
         topology=topology_request(job),
         elastic_min=elastic_min(job, len(gang)),
+        **(_growth(job, len(gang)) if is_admitted_now else {}),
     )
+
+
+def _growth(job: Obj, pods: int) -> dict[str, Any]:
+    """elastic_max and resizable_at of an admitted elastic job that may grow, else none."""
+    if elastic_min(job, pods + 1) is None:  # not elastic, or not a workers-only gang
+        return {}
+    spec, status = job.get("spec") or {}, job.get("status") or {}
+    most = int(((spec.get("roles") or {}).get("worker") or {}).get("replicas") or 1)
+    policy = (spec.get("runPolicy") or {}).get("elastic") or {}
+    said = status.get("elastic") or {}
+    if pods >= most or int(said.get("resizes") or 0) >= int(policy.get("maxResizes", 10)):
+        return {}
+    since = parse_time(said.get("lastResizeTime")) or parse_time(status.get("startTime"))
+    cooldown = timedelta(seconds=int(policy.get("cooldownSeconds", 600)))
+    return {"elastic_max": most, "resizable_at": since + cooldown if since else None,
+            "cooldown": cooldown.total_seconds()}  # fmt: skip
 
 
 def elastic_min(job: Obj, pods: int) -> int | None:

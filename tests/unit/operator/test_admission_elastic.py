@@ -4,7 +4,10 @@ a minimum that does not fit waits, or is never admissible, with the minimum's nu
 
 from __future__ import annotations
 
-from unit.operator.test_admission import node, snapshot
+from dataclasses import replace
+from datetime import timedelta
+
+from unit.operator.test_admission import GPU, T0, node, snapshot
 from unit.operator.test_admission_topology import named
 
 from dtjob_operator.admission.decide import decide
@@ -56,3 +59,43 @@ def test_the_minimum_is_read_from_a_workers_only_spec() -> None:
     assert elastic_min(job({"worker": {"replicas": 4, "minReplicas": 4}}), 4) is None
     assert elastic_min(job({"worker": {"minReplicas": 2}, "ps": {}}), 4) is None
     assert elastic_min(job({"worker": {"replicas": 4}}), 4) is None
+
+
+def running(name: str = "e", pods: int = 2, most: int = 4, **fields: object) -> JobView:
+    """An admitted elastic job of `pods` x 4 GPUs on n0 (full), free to resize since 1 h."""
+    held = tuple(("n0", {GPU: 4}) for _ in range(pods))
+    fields.setdefault("resizable_at", T0 - timedelta(hours=1))
+    return named(name, pods, 4, admitted=True, held=held, elastic_max=most, cooldown=600.0,
+                 **fields)  # type: ignore[arg-type]  # fmt: skip
+
+
+NODES = [node("n0", 8, 0), node("n1", 8)]
+
+
+def test_a_running_elastic_job_grows_once_room_stayed_free_for_its_cooldown() -> None:
+    first = decide(snapshot([running()], NODES), preemption=False)
+    assert first.growable == {"e": 4} and first.resize == {}  # room seen now: not yet
+    later = replace(snapshot([running()], NODES), growable_since={"e": T0 - timedelta(seconds=601)})
+    grown = decide(later, preemption=False)
+    assert grown.resize == {"e": (4, "grew from 2 to 4 workers into free GPUs")}
+
+
+def test_no_growth_while_its_namespace_has_a_job_waiting_or_before_its_cooldown() -> None:
+    since = {"e": T0 - timedelta(hours=1)}
+    nodes = [*NODES, node("n2", 8, 0)]
+    waiting = named("w", 2, 8, created=5)  # fits the cluster, not what is free now
+    busy = replace(snapshot([running(), waiting], nodes), growable_since=since)
+    assert decide(busy, preemption=False).growable == {}
+    never = named("w", 4, 8, created=5)  # 32 GPUs: never admissible, it blocks nothing
+    idle = replace(snapshot([running(), never], nodes), growable_since=since)
+    assert decide(idle, preemption=False).growable == {"e": 4}
+    recent = running(resizable_at=T0 + timedelta(seconds=30))  # resized 9.5 min ago
+    early = decide(replace(snapshot([recent], NODES), growable_since=since), preemption=False)
+    assert early.growable == {"e": 4} and early.resize == {}
+
+
+def test_growth_stops_at_what_fits() -> None:
+    nodes = [node("n0", 8, 0), node("n1", 8, 4)]
+    since = {"e": T0 - timedelta(hours=1)}
+    grown = decide(replace(snapshot([running()], nodes), growable_since=since), preemption=False)
+    assert grown.resize == {"e": (3, "grew from 2 to 3 workers into free GPUs")}

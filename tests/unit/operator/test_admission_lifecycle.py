@@ -209,3 +209,29 @@ def test_an_elastic_job_starts_at_the_size_it_was_admitted_with() -> None:
     )
     waiting = run(victim, now=60, admitted=False, admission_message="behind")
     assert "replicas" not in waiting.status["elastic"]
+
+
+def test_a_resize_restarts_the_gang_at_the_new_size_and_is_no_failure() -> None:
+    elastic = a_job().with_workers(4, gpus=4, minReplicas=2)
+    started = after(after(elastic, admitted=False), now=30, elastic_size=2)
+    gang = [a_pod(elastic, "worker", i).running().ready() for i in range(2)]
+    running = after(started, *gang, now=40)
+    assert running.obj()["status"]["phase"] == "Running"
+    why = "grew from 2 to 4 workers into free GPUs"
+    p = run(running, *gang, now=50, resize=(4, why))
+    assert p.status["phase"] == "Restarting" and sorted(p.delete_pods) == [
+        "j-worker-0",
+        "j-worker-1",
+    ]
+    assert p.status["restarts"] == 1 and p.status.get("countedRestarts", 0) == 0
+    assert p.status["elastic"]["replicas"] == 4 and p.status["elastic"]["resizes"] == 1
+    assert p.status["elastic"]["lastResizeReason"] == why
+    assert [e.reason for e in p.events] == ["Resized"] and why in p.events[0].message
+    assert cond(p, "Restarting")["reason"] == "Resized"
+    resized = running.copy().with_full_status(p.status)
+    # Once the old pods are gone, the next generation is created at the new size.
+    q = run(resized, now=60)
+    made = sorted(m["metadata"]["name"] for m in q.create if m["kind"] == "Pod")
+    assert made == [f"j-worker-{i}" for i in range(4)]
+    again = run(resized, now=60, resize=(4, why))  # the same word again does nothing
+    assert again.status["elastic"]["resizes"] == 1
