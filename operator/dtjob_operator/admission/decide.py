@@ -135,7 +135,9 @@ def decide(snapshot: Snapshot, *, preemption: bool) -> Decisions:
                     place([pod], nodes)
     # A namespace where preempted (or timed-out) jobs still hold pods preempts nobody
     # else until they are gone: their pods are about to free the room.
-    releasing = {j.namespace for j in snapshot.jobs if not j.admitted and j.held}
+    # So does one where an admitted gang is being replaced (a resize, a restart): until its
+    # old pods are gone, what it holds is in flux.
+    releasing = {j.namespace for j in snapshot.jobs if j.held and (not j.admitted or j.draining)}
 
     ctx = _Pass(empty=empty_nodes(nodes))
     waiting: list[JobView] = []
@@ -235,12 +237,31 @@ def _judge(
         def fits(vs: Sequence[JobView]) -> bool:
             return _fits_without(job, vs, quota, nodes, levels)
 
+        # Workers above their minimum go before any job is stopped whole: shrinks alone if
+        # they suffice, else whole victims on top of every shrink, then the shrinks needed.
+        partials = _shrinkable(job, admitted)
+        shrunk = select_victims(job, partials, fits)
+        if shrunk:
+            releasing.add(job.namespace)
+            _shrink(job, shrunk, result)
+            return REASON_WAITING_FOR_ADMISSION, messages.shrinking([v.name for v in shrunk])
+
+        def fits_shrunk(vs: Sequence[JobView]) -> bool:
+            stopped = {v.uid for v in vs}
+            return fits([*vs, *(p for p in partials if p.uid not in stopped)])
+
         if job.topology is not None and job.topology.required:
             domains = _domains(nodes, job.topology.level)
-            victims = select_victims_in_a_domain(job, admitted, domains, fits)
+            victims = select_victims_in_a_domain(job, admitted, domains, fits_shrunk)
         else:
-            victims = select_victims(job, admitted, fits)
+            victims = select_victims(job, admitted, fits_shrunk)
         if victims:
+            stopped = {v.uid for v in victims}
+            needed = [p for p in partials if p.uid not in stopped]
+            for p in list(needed):
+                if fits([*victims, *(q for q in needed if q is not p)]):
+                    needed.remove(p)
+            _shrink(job, needed, result)
             releasing.add(job.namespace)
             for v in victims:
                 result.keys[v.uid] = v.key
@@ -249,6 +270,29 @@ def _judge(
                 )
             return REASON_WAITING_FOR_ADMISSION, messages.preempting([v.name for v in victims])
     return REASON_WAITING_FOR_ADMISSION, why
+
+
+def _shrink(job: JobView, shrunk: Sequence[JobView], result: Decisions) -> None:
+    for v in shrunk:
+        least = v.elastic_min or len(v.gang)
+        why = f"shrunk from {len(v.gang)} to {least} workers for higher-priority job {job.name}"
+        result.resize[v.uid] = (least, why)
+        result.keys[v.uid] = v.key
+
+
+def _shrinkable(job: JobView, admitted: Sequence[JobView]) -> list[JobView]:
+    """Running elastic jobs of the namespace above their minimum, each as what shrinking it
+    frees: its top ranks' pods (the new gang is its first ranks)."""
+    out = []
+    for v in admitted:
+        least = v.elastic_min
+        if least is None or v.namespace != job.namespace or v.missing or v.draining:
+            continue
+        # A pod of unknown node frees quota room only: never counted on a node it is not on.
+        nodes = v.pod_nodes if len(v.pod_nodes) == len(v.gang) else (None,) * len(v.gang)
+        top = [(node, p.requests) for node, p in zip(nodes, v.gang, strict=True)][least:]
+        out.append(replace(v, held=tuple(top)))
+    return out
 
 
 def _refit(

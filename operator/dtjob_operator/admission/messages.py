@@ -139,6 +139,14 @@ def preempting(victims: Sequence[str]) -> str:
     return f"preempting lower-priority job(s) {', '.join(victims)}; admitted once they stop"
 
 
+def shrinking(jobs: Sequence[str]) -> str:
+    """The job waits for lower-priority elastic jobs to shrink to their minimum."""
+    return (
+        f"shrinking lower-priority elastic job(s) {', '.join(jobs)} to their minimum; "
+        f"admitted once their extra workers stop"
+    )
+
+
 def preempted_by(job: str, priority: int) -> str:
     """What a victim is told."""
     return (

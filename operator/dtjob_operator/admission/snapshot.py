@@ -88,6 +88,11 @@ class JobView:
     """Not resized again before (its last resize or start + runPolicy.elastic's cooldown)."""
     cooldown: float = 0.0
     """runPolicy.elastic.cooldownSeconds: also how long room must have stayed free."""
+    pod_nodes: tuple[str | None, ...] = ()
+    """The node of each pod of the gang, in rank order (None: not created or not bound)."""
+    draining: bool = False
+    """Live pods of an older generation only: the gang is being replaced (a restart, a
+    resize), its new pods not created yet."""
 
     @property
     def need(self) -> Resources:
@@ -398,6 +403,11 @@ def job_view(
         ),
         restarted=restarted,
         pod_names=tuple(g.name for g in gang),
+        pod_nodes=tuple(
+            ((current[g.name].get("spec") or {}).get("nodeName") if g.name in current else None)
+            for g in gang
+        ),
+        draining=bool(live) and not any(_live(p) for p in current.values()),
         topology=topology_request(job),
         elastic_min=elastic_min(job, len(gang)),
         **(_growth(job, len(gang)) if is_admitted_now else {}),

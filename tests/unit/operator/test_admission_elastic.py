@@ -99,3 +99,24 @@ def test_growth_stops_at_what_fits() -> None:
     since = {"e": T0 - timedelta(hours=1)}
     grown = decide(replace(snapshot([running()], nodes), growable_since=since), preemption=False)
     assert grown.resize == {"e": (3, "grew from 2 to 3 workers into free GPUs")}
+
+
+def test_preemption_shrinks_an_elastic_job_to_its_minimum_before_stopping_anyone() -> None:
+    """`e` (priority 0) runs 4 x 4 GPUs on n0 and n1, minimum 2; `fixed` (priority 0) runs
+    2 x 4 on n2. An urgent 2 x 4 job needs one node's room: shrinking `e` to 2 frees n1,
+    and nobody is stopped whole."""
+    nodes = [node("n0", 8, 0), node("n1", 8, 0), node("n2", 8, 0)]
+    e = named("e", 4, 4, admitted=True, elastic_min=2, created=1,
+              held=(("n0", {GPU: 4}),) * 2 + (("n1", {GPU: 4}),) * 2,
+              pod_nodes=("n0", "n0", "n1", "n1"))  # fmt: skip
+    fixed = named("fixed", 2, 4, admitted=True, created=2, held=(("n2", {GPU: 4}),) * 2)
+    urgent = named("urgent", 2, 4, priority=10, created=3)
+    result = decide(snapshot([e, fixed, urgent], nodes), preemption=True)
+    assert result.preempt == {}
+    assert result.resize == {"e": (2, "shrunk from 4 to 2 workers for higher-priority job urgent")}
+    assert "shrinking lower-priority elastic job(s) e" in result.verdicts["urgent"].message
+    # Shrinking alone is not enough for 4 pods: `fixed` is stopped whole and `e` shrunk
+    # (stopping `e` whole would have freed as much, and lost all its work).
+    bigger = named("urgent", 4, 4, priority=10, created=3)
+    result = decide(snapshot([e, fixed, bigger], nodes), preemption=True)
+    assert set(result.preempt) == {"fixed"} and result.resize["e"][0] == 2
