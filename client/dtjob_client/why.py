@@ -88,6 +88,10 @@ class Why:
     preemptions: int = 0
     domain: str | None = None
     """status.admission.domain: the topology domain the gang was placed in."""
+    resizes: int = 0
+    """status.elastic.resizes: an elastic job's resizes."""
+    last_resize: str | None = None
+    """status.elastic.lastResizeReason."""
     ready: str | None = None
     step: int | None = None
     total_steps: int | None = None
@@ -124,6 +128,8 @@ def explain(
         requeues=st.admission.requeues if st.admission else 0,
         preemptions=st.admission.preemptions if st.admission else 0,
         domain=st.admission.domain if st.admission else None,
+        resizes=st.elastic.resizes if st.elastic else 0,
+        last_resize=st.elastic.lastResizeReason if st.elastic else None,
         ready=st.ready,
         step=progress.step if progress else None,
         total_steps=progress.totalSteps if progress else None,

@@ -10,7 +10,7 @@ from dtjob_client.jobs import Job
 from dtjob_client.render.units import NONE, age, eta, number, rate, table
 
 COLUMNS = ("NAME", "STRATEGY", "PHASE", "STEP/TOTAL", "LOSS", "SAMPLES/S", "ETA", "GPUS")
-WIDE = ("READY", "QUEUE", "RESTARTS", "REASON", "DOMAIN", "AGE")
+WIDE = ("READY", "QUEUE", "RESTARTS", "REASON", "DOMAIN", "SIZE", "AGE")
 TERMINAL = ("Succeeded", "Failed")
 
 
@@ -27,6 +27,15 @@ def step_total(job: Job) -> str:
     if p is None or p.step is None:
         return NONE
     return f"{p.step}/{p.totalSteps if p.totalSteps is not None else '?'}"
+
+
+def size(job: Job) -> str:
+    """An elastic job's workers now and its bounds, `2 (1-4)`; `-` for a fixed job."""
+    e = job.status.elastic
+    if e is None or not e.maxReplicas:
+        return NONE
+    now = str(e.replicas) if e.replicas else NONE
+    return f"{now} ({e.minReplicas}-{e.maxReplicas})"
 
 
 def row(job: Job, now: datetime, wide: bool = False, namespace: bool = False) -> list[str]:
@@ -51,6 +60,7 @@ def row(job: Job, now: datetime, wide: bool = False, namespace: bool = False) ->
             str(st.restarts),
             st.reason or NONE,
             (st.admission.domain if st.admission else None) or NONE,
+            size(job),
             age(job.created, now),
         ]
     return [job.namespace, *cells] if namespace else cells

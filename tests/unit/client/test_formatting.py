@@ -46,7 +46,9 @@ def fleet() -> list[Job]:
                   etaSeconds=0.0).job(),
         JobJson("mirror", "team-b", created="2026-03-01T10:29:15Z")
         .strategy("MirroredStrategy").role("worker", 2, gpus=8)
-        .status(phase="Running", strategy="DataParallel", ready="2/2")
+        .status(phase="Running", strategy="DataParallel", ready="2/2",
+                elastic={"replicas": 2, "minReplicas": 1, "maxReplicas": 4, "resizes": 1,
+                         "lastResizeReason": "grew from 1 to 2 workers into free GPUs"})
         .progress(step=10, samplesPerSecond=85.25, etaSeconds=42.4).job(),
     ]  # fmt: skip
 
@@ -182,3 +184,9 @@ def test_terminal_plot_of_an_empty_or_flat_history() -> None:
     text = format_chart(flat, "flat", width=10, height=3)
     assert text.count("*") == 2
     assert_golden("plot-flat.txt", text)
+
+
+def test_why_an_elastic_job_says_its_resizes() -> None:
+    mirror = next(j for j in fleet() if j.name == "mirror")
+    text = format_why(explain(mirror, [], [], []))
+    assert "resized 1 time(s), last: grew from 1 to 2 workers into free GPUs" in text
