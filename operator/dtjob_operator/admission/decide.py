@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from dtjob_operator.admission import messages
+from dtjob_operator.admission import elastic, messages
 from dtjob_operator.admission.fit import (
     GangShape,
     Node,
@@ -46,7 +46,6 @@ from dtjob_operator.constants import (
     REASON_PREEMPTED,
     REASON_WAITING_FOR_ADMISSION,
 )
-from dtjob_operator.naming import pod_name
 
 
 @dataclass(frozen=True)
@@ -146,7 +145,7 @@ def decide(snapshot: Snapshot, *, preemption: bool) -> Decisions:
     for job in in_queue_order(j for j in snapshot.jobs if not j.admitted):
         result.keys[job.uid] = job.key
         if job.elastic_min is not None:
-            job = _sized(job, quotas.get(job.namespace), nodes, snapshot.topology_levels)
+            job = elastic.sized(job, quotas.get(job.namespace), nodes, snapshot.topology_levels)
         reason, message = _judge(
             job, snapshot, quotas, nodes, blocked, releasing, preemption, admitted, result, ctx
         )
@@ -159,7 +158,7 @@ def decide(snapshot: Snapshot, *, preemption: bool) -> Decisions:
             reasons[job.uid] = (reason, message)
     # A job that can never be admitted could not use the room either.
     hopeful = {j.namespace for j in waiting if reasons[j.uid][0] != REASON_INADMISSIBLE}
-    _grow(snapshot, admitted, hopeful, quotas, nodes, result)
+    elastic.grow(snapshot, admitted, hopeful, quotas, nodes, result, _fits_without)
     for uid, position in positions(waiting).items():
         reason, message = reasons[uid]
         ns = result.keys[uid][0]
@@ -239,11 +238,11 @@ def _judge(
 
         # Workers above their minimum go before any job is stopped whole: shrinks alone if
         # they suffice, else whole victims on top of every shrink, then the shrinks needed.
-        partials = _shrinkable(job, admitted)
+        partials = elastic.shrinkable(job, admitted)
         shrunk = select_victims(job, partials, fits)
         if shrunk:
             releasing.add(job.namespace)
-            _shrink(job, shrunk, result)
+            elastic.shrink(job, shrunk, result)
             return REASON_WAITING_FOR_ADMISSION, messages.shrinking([v.name for v in shrunk])
 
         def fits_shrunk(vs: Sequence[JobView]) -> bool:
@@ -261,7 +260,7 @@ def _judge(
             for p in list(needed):
                 if fits([*victims, *(q for q in needed if q is not p)]):
                     needed.remove(p)
-            _shrink(job, needed, result)
+            elastic.shrink(job, needed, result)
             releasing.add(job.namespace)
             for v in victims:
                 result.keys[v.uid] = v.key
@@ -270,29 +269,6 @@ def _judge(
                 )
             return REASON_WAITING_FOR_ADMISSION, messages.preempting([v.name for v in victims])
     return REASON_WAITING_FOR_ADMISSION, why
-
-
-def _shrink(job: JobView, shrunk: Sequence[JobView], result: Decisions) -> None:
-    for v in shrunk:
-        least = v.elastic_min or len(v.gang)
-        why = f"shrunk from {len(v.gang)} to {least} workers for higher-priority job {job.name}"
-        result.resize[v.uid] = (least, why)
-        result.keys[v.uid] = v.key
-
-
-def _shrinkable(job: JobView, admitted: Sequence[JobView]) -> list[JobView]:
-    """Running elastic jobs of the namespace above their minimum, each as what shrinking it
-    frees: its top ranks' pods (the new gang is its first ranks)."""
-    out = []
-    for v in admitted:
-        least = v.elastic_min
-        if least is None or v.namespace != job.namespace or v.missing or v.draining:
-            continue
-        # A pod of unknown node frees quota room only: never counted on a node it is not on.
-        nodes = v.pod_nodes if len(v.pod_nodes) == len(v.gang) else (None,) * len(v.gang)
-        top = [(node, p.requests) for node, p in zip(nodes, v.gang, strict=True)][least:]
-        out.append(replace(v, held=tuple(top)))
-    return out
 
 
 def _refit(
@@ -321,72 +297,6 @@ def _refit(
     if quota is not None:
         quota.room = subtract(quota.room, job.need)
     return None
-
-
-def _grow(
-    snapshot: Snapshot,
-    admitted: Sequence[JobView],
-    waiting: set[str],
-    quotas: dict[str, Quota],
-    nodes: list[Node],
-    result: Decisions,
-) -> None:
-    """Running elastic jobs below their maximum, in namespaces where nobody waits: the most
-    pods each could run with now (its own pods' room counted free: the gang restarts
-    whole). One that has had that room for its cooldown, and was not resized for as long,
-    grows; the room it takes is taken off for the jobs after it."""
-    now = snapshot.now
-    for job in in_queue_order(admitted):
-        if job.elastic_max is None or job.namespace in waiting or job.missing or job.unscheduled:
-            continue
-        if job.resizable_at is None or job.uid in result.preempt:
-            continue
-        quota = quotas.get(job.namespace)
-        for size in range(job.elastic_max, len(job.gang), -1):
-            bigger = _grown(job, size)
-            if not _fits_without(bigger, [job], quota, nodes, snapshot.topology_levels):
-                continue
-            result.growable[job.uid] = size
-            since = snapshot.growable_since.get(job.uid, now)
-            if now >= job.resizable_at and (now - since).total_seconds() >= job.cooldown:
-                why = f"grew from {len(job.gang)} to {size} workers into free GPUs"
-                result.resize[job.uid] = (size, why)
-                result.keys[job.uid] = job.key
-                extra = bigger.gang[len(job.gang) :]
-                if quota is not None:
-                    quota.room = subtract(quota.room, add(*(p.requests for p in extra)))
-                place(list(extra), nodes)
-            break
-
-
-def _sized(
-    job: JobView, quota: Quota | None, nodes: Sequence[Node], levels: Sequence[str]
-) -> JobView:
-    """An elastic job at the most pods in [elastic_min, len(gang)] that fit its quota room
-    and have a placement now, else at its minimum (which then waits, is never admissible,
-    or preempts, as any gang of that size)."""
-    least = job.elastic_min or len(job.gang)
-    for size in range(len(job.gang), least, -1):
-        pods = job.gang[:size]
-        if quota is not None and quota_shortfall(add(*(p.requests for p in pods)), quota.room):
-            continue
-        if place_gang(pods, nodes, levels, job.topology) is not None:
-            return _first(job, size)
-    return _first(job, least)
-
-
-def _grown(job: JobView, size: int) -> JobView:
-    """The job as a gang of `size` workers: its pods, and more of the same."""
-    more = size - len(job.gang)
-    names = [pod_name(job.name, "worker", i) for i in range(len(job.gang), size)]
-    return replace(
-        job, gang=job.gang + (job.gang[-1],) * more, pod_names=job.pod_names + tuple(names)
-    )
-
-
-def _first(job: JobView, size: int) -> JobView:
-    """The job as a gang of its first `size` pods (ranks 0 .. size - 1)."""
-    return replace(job, gang=job.gang[:size], pod_names=job.pod_names[:size])
 
 
 def _kept(job: JobView, kept: dict[str, str], nodes: Sequence[Node]) -> dict[str, str] | None:

@@ -1,0 +1,115 @@
+"""Elastic jobs in the admission pass (docs/admission.md, "Elastic jobs"), pure: the size
+a waiting elastic job is admitted at, the growth of running ones into room that stayed
+free, and what shrinking one to its minimum frees for a higher-priority job. decide.py
+calls these; they record into its Decisions."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from dtjob_operator.admission.fit import Node, Quota, place, quota_shortfall
+from dtjob_operator.admission.queue import in_queue_order
+from dtjob_operator.admission.resources import add, subtract
+from dtjob_operator.admission.snapshot import JobView, Snapshot
+from dtjob_operator.admission.topology import place_gang
+from dtjob_operator.naming import pod_name
+
+if TYPE_CHECKING:
+    from dtjob_operator.admission.decide import Decisions
+
+# decide._fits_without: would the job fit with these jobs' pods and reservations gone?
+FitsWithout = Callable[
+    [JobView, Sequence[JobView], Quota | None, Sequence[Node], Sequence[str]], bool
+]
+
+
+def shrink(job: JobView, shrunk: Sequence[JobView], result: Decisions) -> None:
+    for v in shrunk:
+        least = v.elastic_min or len(v.gang)
+        why = f"shrunk from {len(v.gang)} to {least} workers for higher-priority job {job.name}"
+        result.resize[v.uid] = (least, why)
+        result.keys[v.uid] = v.key
+
+
+def shrinkable(job: JobView, admitted: Sequence[JobView]) -> list[JobView]:
+    """Running elastic jobs of the namespace above their minimum, each as what shrinking it
+    frees: its top ranks' pods (the new gang is its first ranks)."""
+    out = []
+    for v in admitted:
+        least = v.elastic_min
+        if least is None or v.namespace != job.namespace or v.missing or v.draining:
+            continue
+        # A pod of unknown node frees quota room only: never counted on a node it is not on.
+        nodes = v.pod_nodes if len(v.pod_nodes) == len(v.gang) else (None,) * len(v.gang)
+        top = [(node, p.requests) for node, p in zip(nodes, v.gang, strict=True)][least:]
+        out.append(replace(v, held=tuple(top)))
+    return out
+
+
+def grow(
+    snapshot: Snapshot,
+    admitted: Sequence[JobView],
+    waiting: set[str],
+    quotas: dict[str, Quota],
+    nodes: list[Node],
+    result: Decisions,
+    fits_without: FitsWithout,
+) -> None:
+    """Running elastic jobs below their maximum, in namespaces where nobody waits: the most
+    pods each could run with now (its own pods' room counted free: the gang restarts
+    whole). One that has had that room for its cooldown, and was not resized for as long,
+    grows; the room it takes is taken off for the jobs after it."""
+    now = snapshot.now
+    for job in in_queue_order(admitted):
+        if job.elastic_max is None or job.namespace in waiting or job.missing or job.unscheduled:
+            continue
+        if job.resizable_at is None or job.uid in result.preempt:
+            continue
+        quota = quotas.get(job.namespace)
+        for size in range(job.elastic_max, len(job.gang), -1):
+            bigger = grown(job, size)
+            if not fits_without(bigger, [job], quota, nodes, snapshot.topology_levels):
+                continue
+            result.growable[job.uid] = size
+            since = snapshot.growable_since.get(job.uid, now)
+            if now >= job.resizable_at and (now - since).total_seconds() >= job.cooldown:
+                why = f"grew from {len(job.gang)} to {size} workers into free GPUs"
+                result.resize[job.uid] = (size, why)
+                result.keys[job.uid] = job.key
+                extra = bigger.gang[len(job.gang) :]
+                if quota is not None:
+                    quota.room = subtract(quota.room, add(*(p.requests for p in extra)))
+                place(list(extra), nodes)
+            break
+
+
+def sized(
+    job: JobView, quota: Quota | None, nodes: Sequence[Node], levels: Sequence[str]
+) -> JobView:
+    """An elastic job at the most pods in [elastic_min, len(gang)] that fit its quota room
+    and have a placement now, else at its minimum (which then waits, is never admissible,
+    or preempts, as any gang of that size)."""
+    least = job.elastic_min or len(job.gang)
+    for size in range(len(job.gang), least, -1):
+        pods = job.gang[:size]
+        if quota is not None and quota_shortfall(add(*(p.requests for p in pods)), quota.room):
+            continue
+        if place_gang(pods, nodes, levels, job.topology) is not None:
+            return first(job, size)
+    return first(job, least)
+
+
+def grown(job: JobView, size: int) -> JobView:
+    """The job as a gang of `size` workers: its pods, and more of the same."""
+    more = size - len(job.gang)
+    names = [pod_name(job.name, "worker", i) for i in range(len(job.gang), size)]
+    return replace(
+        job, gang=job.gang + (job.gang[-1],) * more, pod_names=job.pod_names + tuple(names)
+    )
+
+
+def first(job: JobView, size: int) -> JobView:
+    """The job as a gang of its first `size` pods (ranks 0 .. size - 1)."""
+    return replace(job, gang=job.gang[:size], pod_names=job.pod_names[:size])
