@@ -86,14 +86,23 @@ def capacity_never(gang: Sequence[PodDemand], nodes: Sequence[Node]) -> str:
     )
 
 
+def _per_domain(
+    gang: Sequence[PodDemand], nodes: Sequence[Node], level: str, device: str, free: bool
+) -> dict[str, int]:
+    """The device units of each domain of `level` on the nodes the gang may use: all of
+    them, or (`free`) what is free now."""
+    out: dict[str, int] = {}
+    for node in usable_nodes(gang, nodes):
+        if level in node.labels:
+            units = max(0, node.free.get(device, 0)) if free else node.allocatable.get(device, 0)
+            out[node.labels[level]] = out.get(node.labels[level], 0) + units
+    return out
+
+
 def topology_never(gang: Sequence[PodDemand], nodes: Sequence[Node], level: str) -> str:
     """Even empty, no domain of the required level could hold the gang."""
     device = accelerator(gang)
-    domains: dict[str, int] = {}
-    for node in usable_nodes(gang, nodes):
-        if level in node.labels:
-            value = node.labels[level]
-            domains[value] = domains.get(value, 0) + node.allocatable.get(device, 0)
+    domains = _per_domain(gang, nodes, level, device, free=False)
     if not domains:
         return (
             f"can never be admitted: spec.placement.topology.required names {level}, and no "
@@ -109,11 +118,7 @@ def topology_never(gang: Sequence[PodDemand], nodes: Sequence[Node], level: str)
 def topology_short(gang: Sequence[PodDemand], nodes: Sequence[Node], level: str) -> str:
     """The required level has a domain that could hold the gang, but none with room now."""
     device = accelerator(gang)
-    free: dict[str, int] = {}
-    for node in usable_nodes(gang, nodes):
-        if level in node.labels:
-            value = node.labels[level]
-            free[value] = free.get(value, 0) + max(0, node.free.get(device, 0))
+    free = _per_domain(gang, nodes, level, device, free=True)
     roomiest = max(free.items(), key=lambda kv: (kv[1], kv[0]), default=("none", 0))
     return (
         f"needs {_gang_shape(gang, device)} inside one {level} (spec.placement.topology."
