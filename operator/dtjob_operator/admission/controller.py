@@ -198,6 +198,16 @@ class AdmissionBook:
             return AdmissionView(False, "waiting for the next admission pass")
         return AdmissionView(False, verdict.message, verdict.reason, verdict.position)
 
+    def unwritten_size(self, job: Obj) -> int | None:
+        """The size a pass admitted an elastic job at, while its status does not say one:
+        until the reconcile writes it, a pass would see the job at its maximum."""
+        if elastic_size(job) is not None:
+            return None
+        uid = job["metadata"]["uid"]
+        with self._lock:
+            verdict = self._verdicts.get(uid)
+            return self._sizes.get(uid) if verdict is not None and verdict.admit else None
+
     def admitted(self, job: Obj) -> bool:
         """What a pass counts as admitted (a job being preempted no longer is)."""
         uid = job["metadata"]["uid"]
@@ -304,7 +314,7 @@ class AdmissionController:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._gangs: dict[tuple[str, object, object], list[GangPod] | None] = {}
+        self._gangs: dict[tuple[str, object, object, object], list[GangPod] | None] = {}
         self._pass_lock = threading.Lock()
         self._fresh_jobs = True  # the next pass lists jobs from the API server (gather)
         # Pod requests by (uid, resourceVersion): a pod's requests change only with a new
@@ -461,20 +471,24 @@ class AdmissionController:
 
     def _gang_of(self, job: Obj) -> list[GangPod] | None:
         # Building a gang's pod manifests is the costly part of a pass; the gang changes only
-        # with the spec (generation) or the gang generation (restarts).
+        # with the spec (generation), the gang generation (restarts) and, for an elastic
+        # job, its size: the maximum while it waits, then the admitted one.
         meta = job["metadata"]
-        key = (meta["uid"], meta.get("generation"), (job.get("status") or {}).get("restarts"))
+        size = self.book.unwritten_size(job)
+        restarts = (job.get("status") or {}).get("restarts")
+        sized = (size, elastic_size(job), is_admitted(job))
+        key = (meta["uid"], meta.get("generation"), restarts, sized)
         if key not in self._gangs:
-            self._gangs[key] = self._build_gang(job)
+            self._gangs[key] = self._build_gang(job, size)
         return self._gangs[key]
 
-    def _build_gang(self, job: Obj) -> list[GangPod] | None:
+    def _build_gang(self, job: Obj, size: int | None = None) -> list[GangPod] | None:
         """The gang's pods, or None (not admitted) for a job they cannot be built for: one
         hostile or broken job must not stop every pass. Its reconcile marks it."""
         if too_deep_path(job, self.settings.max_object_depth) is not None:
             return None
         try:
-            return gang_pods(job, self.settings)
+            return gang_pods(job, self.settings, size)
         except Exception as exc:
             meta = job.get("metadata") or {}
             log.warning("admission: skipping %s/%s, its pods cannot be built: %r",

@@ -121,13 +121,18 @@ class Snapshot:
     """uid -> pod name -> node: where earlier passes placed pods not created yet."""
 
 
-def gang_pods(job: Obj, settings: OperatorSettings) -> list[GangPod] | None:
+def gang_pods(
+    job: Obj, settings: OperatorSettings, size: int | None = None
+) -> list[GangPod] | None:
     """The pods the builders would create for the job's current gang; None when the spec
-    does not parse (the planner fails such a job; admission ignores it)."""
+    does not parse (the planner fails such a job; admission ignores it). `size`: the worker
+    pods a pass admitted an elastic job with, before its status says so."""
     try:
         # A waiting elastic job is judged from its maximum down; an admitted one holds the
-        # size it was given (status.elastic.replicas).
-        parsed = Job.from_object(job, size=None if is_admitted(job) else FULL_SIZE)
+        # size it was given (status.elastic.replicas, or `size` until that is written).
+        if size is None:
+            size = None if is_admitted(job) else FULL_SIZE
+        parsed = Job.from_object(job, size=size)
         restarts = int((job.get("status") or {}).get("restarts") or 0)
         manifests = build_pods(parsed, restarts, settings)
     except (ValueError, KeyError, TypeError):

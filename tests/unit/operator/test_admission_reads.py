@@ -140,17 +140,22 @@ def test_a_pods_requests_are_read_again_when_the_pod_changes() -> None:
         assert used == pod_requests(pod(rv, cpu)["spec"])
 
 
-def test_a_quota_the_cache_has_not_seen_yet_stops_an_admission() -> None:
-    """The quota's watch event lags the job's: the pass that would admit reads the quotas
-    from the API server, and decides again on them when they differ."""
-    node = {
+def gpu_node(gpus: int) -> dict[str, Any]:
+    return {
         "metadata": {"name": "n0"},
         "spec": {},
         "status": {
-            "allocatable": {"nvidia.com/gpu": "8", "cpu": "64", "memory": "512Gi", "pods": "110"},
+            "allocatable": {"nvidia.com/gpu": str(gpus), "cpu": "64", "memory": "512Gi",
+                            "pods": "110"},  # fmt: skip
             "conditions": [{"type": "Ready", "status": "True"}],
         },
     }
+
+
+def test_a_quota_the_cache_has_not_seen_yet_stops_an_admission() -> None:
+    """The quota's watch event lags the job's: the pass that would admit reads the quotas
+    from the API server, and decides again on them when they differ."""
+    node = gpu_node(8)
     quota = {
         "metadata": {"name": "gpus", "namespace": "ns", "uid": "q", "resourceVersion": "1"},
         "spec": {"hard": {"requests.nvidia.com/gpu": "0"}},
@@ -177,3 +182,28 @@ def test_a_quota_the_cache_has_not_seen_yet_stops_an_admission() -> None:
     api3.jobs = cache3.jobs = [job]
     assert controller_over(api3, cache3).run_pass().admitted == ["u"]
     assert api3.quota_lists == 1
+
+
+def test_an_elastic_job_counts_at_its_admitted_size_before_its_status_says_it() -> None:
+    """Between the pass that admits an elastic job below its maximum and the reconcile that
+    writes status.elastic, later passes hold the size it was given: counted at its maximum
+    (4 x 4 GPUs) it would take more than the namespace's quota of 10 GPUs and keep a 2-GPU
+    job out for a pass."""
+    quota = {
+        "metadata": {"name": "gpus", "namespace": "ns", "uid": "q", "resourceVersion": "1"},
+        "spec": {"hard": {"requests.nvidia.com/gpu": "10"}},
+        "status": {"used": {"requests.nvidia.com/gpu": "0"}},
+    }
+    elastic = a_job("e").with_workers(4, gpus=4, minReplicas=1).obj()
+    elastic["metadata"]["uid"] = "e"
+    api, cache = Source(), Source()
+    api.nodes = cache.nodes = [gpu_node(16)]
+    api.quotas = cache.quotas = [quota]
+    api.jobs = cache.jobs = [elastic]
+    controller = controller_over(api, cache)
+    first = controller.run_pass()
+    assert first.admitted == ["e"] and first.sizes["e"] == 2
+    small = a_job("s").with_workers(1, gpus=2).obj()
+    small["metadata"]["uid"] = "s"
+    cache.jobs = [elastic, small]  # e's status still says nothing
+    assert controller.run_pass().verdicts["s"].admit
