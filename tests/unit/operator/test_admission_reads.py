@@ -145,8 +145,7 @@ def gpu_node(gpus: int) -> dict[str, Any]:
         "metadata": {"name": "n0"},
         "spec": {},
         "status": {
-            "allocatable": {"nvidia.com/gpu": str(gpus), "cpu": "64", "memory": "512Gi",
-                            "pods": "110"},  # fmt: skip
+            "allocatable": {"nvidia.com/gpu": str(gpus), "cpu": "64", "pods": "110"},
             "conditions": [{"type": "Ready", "status": "True"}],
         },
     }
