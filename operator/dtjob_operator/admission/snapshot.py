@@ -366,6 +366,8 @@ def job_view(
     live = [p for p in mine if _live(p)]
     priority, can_preempt = priority_of((g.priority_class for g in gang), priority_classes)
     is_admitted_now = admitted(job)
+    # A running job out of resizes keeps its size: it can only be stopped whole.
+    least = None if is_admitted_now and not _resizes_left(job) else elastic_min(job, len(gang))
     generation = int(restarts)
     # A Running gang was complete: a pod missing now has finished (finished pods are not
     # listed), so it reserves nothing.
@@ -414,7 +416,7 @@ def job_view(
         ),
         draining=bool(live) and not any(_live(p) for p in current.values()),
         topology=topology_request(job),
-        elastic_min=elastic_min(job, len(gang)),
+        elastic_min=least,
         **(_growth(job, len(gang)) if is_admitted_now else {}),
     )
 
@@ -427,12 +429,19 @@ def _growth(job: Obj, pods: int) -> dict[str, Any]:
     most = int(((spec.get("roles") or {}).get("worker") or {}).get("replicas") or 1)
     policy = (spec.get("runPolicy") or {}).get("elastic") or {}
     said = status.get("elastic") or {}
-    if pods >= most or int(said.get("resizes") or 0) >= int(policy.get("maxResizes", 10)):
+    if pods >= most or not _resizes_left(job):
         return {}
     since = parse_time(said.get("lastResizeTime")) or parse_time(status.get("startTime"))
     cooldown = timedelta(seconds=int(policy.get("cooldownSeconds", 600)))
     return {"elastic_max": most, "resizable_at": since + cooldown if since else None,
             "cooldown": cooldown.total_seconds()}  # fmt: skip
+
+
+def _resizes_left(job: Obj) -> bool:
+    """Fewer resizes than runPolicy.elastic.maxResizes so far."""
+    policy = ((job.get("spec") or {}).get("runPolicy") or {}).get("elastic") or {}
+    said = (job.get("status") or {}).get("elastic") or {}
+    return int(said.get("resizes") or 0) < int(policy.get("maxResizes", 10))
 
 
 def elastic_min(job: Obj, pods: int) -> int | None:

@@ -7,12 +7,20 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 
+from unit.operator.builders import a_job, at, iso
 from unit.operator.test_admission import GPU, T0, node, snapshot
 from unit.operator.test_admission_topology import named
 
 from dtjob_operator.admission.decide import decide
-from dtjob_operator.admission.snapshot import JobView, elastic_min
+from dtjob_operator.admission.snapshot import (
+    JobView,
+    build_snapshot,
+    elastic_min,
+    gang_pods,
+    is_admitted,
+)
 from dtjob_operator.constants import REASON_INADMISSIBLE, REASON_WAITING_FOR_ADMISSION
+from dtjob_operator.settings import OperatorSettings
 
 
 def elastic(name: str, pods: int, least: int, gpus: int = 4, **fields: object) -> JobView:
@@ -120,3 +128,28 @@ def test_preemption_shrinks_an_elastic_job_to_its_minimum_before_stopping_anyone
     bigger = named("urgent", 4, 4, priority=10, created=3)
     result = decide(snapshot([e, fixed, bigger], nodes), preemption=True)
     assert set(result.preempt) == {"fixed"} and result.resize["e"][0] == 2
+
+
+def test_a_running_job_is_viewed_with_its_bounds_until_it_is_out_of_resizes() -> None:
+    """From the job object: a job at 3 of 4 workers (minimum 2) may grow to 4 and be shrunk
+    to 2, not before its last resize + the cooldown; once it has had maxResizes resizes
+    its size stays (it can neither grow nor be shrunk, only stopped whole)."""
+    settings = OperatorSettings()
+
+    def view(resizes: int) -> JobView:
+        job = a_job("e").with_workers(4, gpus=4, minReplicas=2)
+        job = job.with_run_policy(elastic={"cooldownSeconds": 60, "maxResizes": 2})
+        said = {"replicas": 3, "resizes": resizes, "lastResizeTime": iso(100)}
+        obj = job.with_status(phase="Running", startTime=iso(0), elastic=said).obj()
+        (v,) = build_snapshot(
+            jobs=[obj], pods=[], nodes=[], quotas=[], priority_classes=[],
+            gang_of=lambda j: gang_pods(j, settings), admitted=is_admitted,
+            not_before=lambda j: None, now=T0,
+        ).jobs  # fmt: skip
+        return v
+
+    v = view(1)
+    assert (len(v.gang), v.elastic_min, v.elastic_max) == (3, 2, 4)
+    assert v.resizable_at == at(160) and v.cooldown == 60.0
+    v = view(2)
+    assert (len(v.gang), v.elastic_min, v.elastic_max, v.resizable_at) == (3, None, None, None)
