@@ -11,9 +11,11 @@ from collections.abc import Generator, Iterator
 from typing import Any
 
 import pytest
+from kubernetes import client
 
 from helpers.apimetrics import free_port
 from helpers.crd import install_crd
+from helpers.kube import unique
 from helpers.operator import OperatorProcess
 
 
@@ -89,3 +91,18 @@ def metered_operator(cluster, crd, namespace, tmp_path, metrics_port) -> Iterato
     proc.start()
     yield proc
     proc.stop()
+
+
+@pytest.fixture
+def priority_classes(cluster) -> Iterator[dict[str, str]]:  # type: ignore[no-untyped-def]
+    """Priority classes for one test: high (1000, preempts nobody), low (10), urgent."""
+    api = client.SchedulingV1Api(cluster.api)
+    names = {"high": unique("high"), "low": unique("low"), "urgent": unique("urgent")}
+    api.create_priority_class(
+        {"metadata": {"name": names["high"]}, "value": 1000, "preemptionPolicy": "Never"}
+    )
+    api.create_priority_class({"metadata": {"name": names["low"]}, "value": 10})
+    api.create_priority_class({"metadata": {"name": names["urgent"]}, "value": 100000})
+    yield names
+    for name in names.values():
+        api.delete_priority_class(name)

@@ -114,20 +114,6 @@ class Kubelet(Sampler):
                     self.core.patch_namespaced_pod(p.metadata.name, self.ns, patch)
 
 
-@pytest.fixture
-def priority_classes(cluster) -> Iterator[dict[str, str]]:  # type: ignore[no-untyped-def]
-    api = client.SchedulingV1Api(cluster.api)
-    names = {"high": unique("high"), "low": unique("low"), "urgent": unique("urgent")}
-    api.create_priority_class(
-        {"metadata": {"name": names["high"]}, "value": 1000, "preemptionPolicy": "Never"}
-    )
-    api.create_priority_class({"metadata": {"name": names["low"]}, "value": 10})
-    api.create_priority_class({"metadata": {"name": names["urgent"]}, "value": 100000})
-    yield names
-    for name in names.values():
-        api.delete_priority_class(name)
-
-
 @pytest.mark.usefixtures("admission_operator")
 def test_thirty_gangs_share_a_quota_whole_and_in_order(cluster, namespace, priority_classes):
     core = cluster.core

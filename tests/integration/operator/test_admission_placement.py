@@ -12,11 +12,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kubernetes import client
 
 from dtjob_operator.admission.snapshot import pinned_node
 from helpers.jobs import JobBuilder, create_job, job_pods, status, wait_phase
-from helpers.kube import unique, wait_for
+from helpers.kube import wait_for
 from helpers.operator import OperatorProcess
 
 pytestmark = [pytest.mark.integration]
@@ -161,14 +160,3 @@ def test_preemption_for_a_rack_bound_gang_stops_the_jobs_of_one_rack_only(
     for spared in ("low-b1", "low-b2"):
         assert status(api, namespace, spared)["phase"] == "Running", spared
         assert not status(api, namespace, spared).get("admission", {}).get("preemptions")
-
-
-@pytest.fixture
-def priority_classes(local_cluster: Any) -> Iterator[dict[str, str]]:
-    api = client.SchedulingV1Api(local_cluster.api)
-    names = {"low": unique("low"), "urgent": unique("urgent")}
-    api.create_priority_class({"metadata": {"name": names["low"]}, "value": 10})
-    api.create_priority_class({"metadata": {"name": names["urgent"]}, "value": 100000})
-    yield names
-    for name in names.values():
-        api.delete_priority_class(name)

@@ -1,17 +1,32 @@
 """Elastic jobs on the real control plane (issue 29), fake GPU nodes: a job is admitted at
 the most workers in [minReplicas, replicas] that fit, its gang created at that size with
 the matching WORLD_SIZE and the size in status.elastic; a job whose minimum does not fit
-waits, saying the minimum's numbers."""
+waits, saying the minimum's numbers. A running one grows into a node that frees once the
+room has stayed free for its cooldown, is shrunk to its minimum (not stopped) by a
+higher-priority job, does not grow back before its cooldown from that shrink has passed,
+and none of it counts as a failure (backoffLimit 0 and still running)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from kubernetes import client
 
-from helpers.jobs import JobBuilder, create_job, env_of, job_pods, status, wait_phase
-from helpers.kube import wait_for
+from helpers.jobs import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    JobBuilder,
+    create_job,
+    env_of,
+    job_pods,
+    status,
+    wait_phase,
+)
+from helpers.kube import events_for, wait_for
 from helpers.operator import OperatorProcess
 
 pytestmark = [pytest.mark.integration]
@@ -37,9 +52,10 @@ def gpu_pods(core: Any) -> list[str]:
     ]  # fmt: skip
 
 
-def elastic(name: str, replicas: int, least: int, gpus: int = 8) -> dict[str, Any]:
+def elastic(name: str, replicas: int, least: int, gpus: int = 8, **policy: Any) -> dict[str, Any]:
     job = JobBuilder(name).strategy("DataParallel")
-    return job.role("worker", replicas, gpus=gpus, minReplicas=least).build()
+    job = job.role("worker", replicas, gpus=gpus, minReplicas=least)
+    return job.run_policy(**policy).build() if policy else job.build()
 
 
 @pytest.mark.usefixtures("operator")
@@ -66,3 +82,73 @@ def test_admitted_at_the_most_workers_that_fit_and_a_minimum_that_does_not_waits
     wait_for(lambda: said().get("reason") == "WaitingForAdmission", 30, what="too-big judged")
     assert "needs 3 pods of 8 nvidia.com/gpu" in said()["message"], said()
     assert not job_pods(core, namespace, "too-big")
+
+
+COOLDOWN = 10  # seconds: long enough to tell from a pass (2 s), short enough for a test
+
+
+def resized(api: Any, namespace: str, name: str, resizes: int, replicas: int) -> dict[str, Any]:
+    """The job's status once its `resizes`-th resize to `replicas` workers is running."""
+
+    def done() -> dict[str, Any] | None:
+        st = status(api, namespace, name)
+        said = st.get("elastic") or {}
+        ok = said.get("resizes") == resizes and said.get("replicas") == replicas
+        return st if ok and st.get("phase") == "Running" else None
+
+    return wait_for(done, 90, what=f"{name} resize {resizes} to {replicas} workers running")
+
+
+def when(stamp: str) -> datetime:
+    return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+
+
+@pytest.mark.usefixtures("operator")
+def test_grows_into_a_freed_node_shrinks_for_priority_and_holds_its_cooldown(
+    local_cluster: Any, namespace: str, priority_classes: dict[str, str]
+) -> None:
+    api, core = local_cluster.api, local_cluster.core
+    wait_for(lambda: not gpu_pods(core), 90, what="no GPU pod left by earlier tests")
+    fixed = JobBuilder("fixed").strategy("DataParallel").role("worker", 2, gpus=8).build()
+    create_job(api, namespace, fixed)
+    wait_phase(api, namespace, "fixed", "Running", timeout=60)
+    policy = {"backoffLimit": 0, "elastic": {"cooldownSeconds": COOLDOWN}}
+    create_job(api, namespace, elastic("flex", 4, 1, **policy))
+    st = wait_phase(api, namespace, "flex", "Running", timeout=60)
+    assert st["elastic"]["replicas"] == 2
+    client.CustomObjectsApi(api).delete_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, "fixed"
+    )
+    freed = datetime.now(UTC)
+
+    # Grows into the freed nodes once they stayed free for the cooldown.
+    st = resized(api, namespace, "flex", 1, 4)
+    grew = when(st["elastic"]["lastResizeTime"])
+    assert (grew - freed).total_seconds() >= COOLDOWN - 1, (freed, grew)
+    assert st["elastic"]["lastResizeReason"] == "grew from 2 to 4 workers into free GPUs"
+    pods = sorted(job_pods(core, namespace, "flex"), key=lambda p: p.metadata.name)
+    assert [p.metadata.name for p in pods] == [f"flex-worker-{i}" for i in range(4)]
+    assert {env_of(p)["WORLD_SIZE"] for p in pods} == {"32"}
+
+    # A higher-priority job shrinks it to its minimum instead of stopping it.
+    urgent = JobBuilder("urgent").strategy("DataParallel").role("worker", 2, gpus=8)
+    create_job(api, namespace, urgent.spec(priorityClassName=priority_classes["urgent"]).build())
+    wait_phase(api, namespace, "urgent", "Running", timeout=60)
+    st = resized(api, namespace, "flex", 2, 1)
+    shrunk = when(st["elastic"]["lastResizeTime"])
+    assert st["elastic"]["lastResizeReason"] == (
+        "shrunk from 4 to 1 workers for higher-priority job urgent"
+    )
+    assert not (st.get("admission") or {}).get("preemptions"), st["admission"]
+    assert [p.metadata.name for p in job_pods(core, namespace, "flex")] == ["flex-worker-0"]
+
+    # The room frees at once; it grows back only after its cooldown from the shrink.
+    client.CustomObjectsApi(api).delete_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, "urgent"
+    )
+    st = resized(api, namespace, "flex", 3, 4)
+    assert (when(st["elastic"]["lastResizeTime"]) - shrunk).total_seconds() >= COOLDOWN
+
+    # Three resizes, three restarts of the gang, none of them a failure (backoffLimit 0).
+    assert st["restarts"] == 3 and not st.get("countedRestarts"), st
+    assert len(events_for(core, namespace, "flex", "Resized")) == 3
