@@ -46,6 +46,8 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Strategy", "type": "string", "jsonPath": ".status.strategy"},
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
     {"name": "Ready", "type": "string", "jsonPath": ".status.ready"},
+    # An elastic job's workers now; its bounds are in status.elastic and `kubectl dtj get`.
+    {"name": "Size", "type": "integer", "jsonPath": ".status.elastic.replicas"},
     {"name": "Queue", "type": "integer", "jsonPath": ".status.queuePosition"},
     {"name": "Step", "type": "integer", "jsonPath": ".status.progress.step"},
     # 4 significant digits: the float itself prints with 17 (status.progress.loss has it).

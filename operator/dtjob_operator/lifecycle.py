@@ -248,6 +248,11 @@ class _Planner(PlanState):
             and bool(self.gang)
         )
 
+    def _failure_restarts(self) -> int:
+        """Gang restarts the failure backoff counts: resizes are not failures, and five of
+        them must not make the first real failure wait 2^5 backoffs."""
+        return self.restarts - int(self.elastic.get("resizes") or 0)
+
     def _resize(self, size: int, why: str) -> Plan:
         """An elastic job resized by the admission: like a gang restart that is no failure.
         The pods get SIGTERM (a checkpoint), the next generation is created at `size` once
@@ -333,7 +338,7 @@ class _Planner(PlanState):
         if gang.counted:
             self.counted_restarts += 1
         self.last_restart_time = self.now
-        delay = restart_delay(self.restarts, policy)
+        delay = restart_delay(self._failure_restarts(), policy)
         if gang.counted:
             which = f"{self.counted_restarts} of at most {policy.backoffLimit}"
         else:
@@ -453,7 +458,7 @@ class _Planner(PlanState):
             and self._prior_condition(CONDITION_ADMITTED).get("message") != message
         ):
             self._event(EVENT_NORMAL, REASON_ADMITTED, message)
-        not_before = restart_not_before(self.last_restart_time, self.restarts, policy)
+        not_before = restart_not_before(self.last_restart_time, self._failure_restarts(), policy)
         waiting = (
             seconds_until(not_before, self.now) if not_before and self.now < not_before else 0.0
         )

@@ -348,6 +348,7 @@ def test_status_subresource_and_printer_columns(
         "phase": "Running",
         "ready": "2/2",
         "progress": {"step": 40, "loss": 0.25, "lossShort": "0.2500"},
+        "elastic": {"replicas": 2, "minReplicas": 1, "maxReplicas": 4, "resizes": 0},
     }
     jobs.patch_namespaced_custom_object_status(
         GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], {"status": status}
@@ -364,11 +365,13 @@ def test_status_subresource_and_printer_columns(
     table = table_of(jobs, meta["namespace"], meta["name"])
     columns = [c["name"] for c in table["columnDefinitions"]]
     assert columns == [
-        "Name", "Strategy", "Phase", "Ready", "Queue", "Step", "Loss", "Reason", "Domain",
-        "Age"
+        "Name", "Strategy", "Phase", "Ready", "Size", "Queue", "Step", "Loss", "Reason",
+        "Domain", "Age"
     ]  # fmt: skip
     (row,) = table["rows"]
-    assert row["cells"][:7] == ["running-job", "DataParallel", "Running", "2/2", None, 40, "0.2500"]
+    assert row["cells"][:8] == [
+        "running-job", "DataParallel", "Running", "2/2", 2, None, 40, "0.2500"
+    ]  # fmt: skip
 
 
 def table_of(jobs: client.CustomObjectsApi, namespace: str, name: str) -> dict[str, Any]:

@@ -235,3 +235,10 @@ def test_a_resize_restarts_the_gang_at_the_new_size_and_is_no_failure() -> None:
     assert made == [f"j-worker-{i}" for i in range(4)]
     again = run(resized, now=60, resize=(4, why))  # the same word again does nothing
     assert again.status["elastic"]["resizes"] == 1
+    # A failure after it is the first in the backoff's count: it waits backoffSeconds (10).
+    grown = resized.copy().with_full_status(q.status)
+    new = [a_pod(elastic, "worker", i, generation=1).running().ready() for i in range(4)]
+    up = after(grown, *new, now=70)
+    new[3] = a_pod(elastic, "worker", 3, generation=1).failed(exit_code=137, finished_at=80)
+    failed = run(up, *new, now=80)
+    assert "gang restart 1 of at most 3 in 10s" in cond(failed, "Restarting")["message"]

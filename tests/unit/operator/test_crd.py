@@ -88,6 +88,7 @@ def test_printer_columns(generated: dict[str, Any]) -> None:
     assert columns == {
         "Strategy": ("string", ".status.strategy"),
         "Phase": ("string", ".status.phase"),
+        "Size": ("integer", ".status.elastic.replicas"),
         "Ready": ("string", ".status.ready"),
         "Queue": ("integer", ".status.queuePosition"),
         "Step": ("integer", ".status.progress.step"),
