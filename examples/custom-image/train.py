@@ -123,6 +123,7 @@ def train() -> int:
     opt = torch.optim.SGD(model.parameters(), lr=args.lr)
     ckpt = Path(os.environ.get("DTJ_CHECKPOINT_DIR", "checkpoints")) / CHECKPOINT
     start = 0
+    # Elastic-safe: resumes at any world size (no world size in the state; shard() re-splits)
     if ckpt.exists():  # resume: every rank loads the same state
         state = torch.load(ckpt, map_location=device)
         model.load_state_dict(state["model"])
