@@ -311,3 +311,38 @@ def kill_kubelet(api: client.ApiClient, node: str) -> None:
             }
         },
     )
+
+
+def bound_claim(core: client.CoreV1Api, ns: str, name: str, mode: str, volumes: list[str]) -> None:
+    """A claim bound statically to a hostPath volume made for it."""
+    pv = unique("ckpt-pv")
+    core.create_persistent_volume(
+        {
+            "metadata": {"name": pv},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": [mode],
+                "storageClassName": "",
+                "hostPath": {"path": f"/tmp/{pv}"},
+                "claimRef": {"namespace": ns, "name": name},
+            },
+        }
+    )
+    volumes.append(pv)
+    claim(core, ns, name, mode, volume=pv)
+    wait_for(
+        lambda: core.read_namespaced_persistent_volume_claim(name, ns).status.phase == "Bound",
+        60,
+        what=f"claim {ns}/{name} bound",
+    )
+
+
+def claim(core: client.CoreV1Api, ns: str, name: str, mode: str, volume: str = "") -> None:
+    spec: dict[str, Any] = {
+        "accessModes": [mode],
+        "storageClassName": "",
+        "resources": {"requests": {"storage": "1Gi"}},
+    }
+    if volume:
+        spec["volumeName"] = volume
+    core.create_namespaced_persistent_volume_claim(ns, {"metadata": {"name": name}, "spec": spec})

@@ -38,7 +38,13 @@ from dtjob_operator.admission.preemption import select_victims, select_victims_i
 from dtjob_operator.admission.queue import in_queue_order, positions
 from dtjob_operator.admission.resources import add, subtract
 from dtjob_operator.admission.snapshot import JobView, Snapshot
-from dtjob_operator.admission.topology import TopologyRequest, commit, describe, place_gang
+from dtjob_operator.admission.topology import (
+    TopologyRequest,
+    commit,
+    describe,
+    on_nodes,
+    place_gang,
+)
 from dtjob_operator.constants import (
     REASON_ADMITTED,
     REASON_INADMISSIBLE,
@@ -101,16 +107,9 @@ def decide(snapshot: Snapshot, *, preemption: bool) -> Decisions:
     admitted = [j for j in snapshot.jobs if j.admitted]
     levels = snapshot.topology_levels
     result = Decisions()
-    # Restarted gangs first: what they held is gone, so they are placed on what is free
-    # now before the reservations of gangs still being created.
-    for job in in_queue_order(j for j in admitted if j.restarted is not None):
-        if (why := _refit(job, quotas, nodes, levels, result)) is not None:
-            result.keys[job.uid] = job.key
-            result.release[job.uid] = Verdict(False, why[0], messages.no_longer_fits(why[1]))
-            result.release_generation[job.uid] = job.restarted or 0
-        else:
-            result.keys[job.uid] = job.key
-            result.refit[job.uid] = job.restarted or 0
+    # Admitted gangs still being created, first those kept where an earlier pass placed
+    # them: their pods may be being created right now, pinned to those nodes.
+    unkept: list[JobView] = []
     for job in admitted:
         if job.restarted is not None:
             continue
@@ -125,13 +124,27 @@ def decide(snapshot: Snapshot, *, preemption: bool) -> Decisions:
         if job.missing:
             where = _kept(job, snapshot.kept.get(job.uid) or {}, nodes)
             if where is None:
-                placed = _placed(job.missing, job.missing_names, nodes, levels, job.topology)
-                where = placed[0] if placed is not None else None
-            if where is not None:
-                result.placements[job.uid] = where
+                unkept.append(job)
             else:
-                for pod in job.missing:
-                    place([pod], nodes)
+                result.placements[job.uid], result.keys[job.uid] = where, job.key
+    # Then restarted gangs (a failure, a resize), whose old pods are gone: where they were
+    # if that still fits, else on what is free now. Before the reservations placed afresh
+    # (no pod of those is being created), so those cannot push a restarted gang out.
+    for job in in_queue_order(j for j in admitted if j.restarted is not None):
+        result.keys[job.uid] = job.key
+        kept = snapshot.kept.get(job.uid) or {}
+        if (why := _refit(job, kept, quotas, nodes, levels, result)) is not None:
+            result.release[job.uid] = Verdict(False, why[0], messages.no_longer_fits(why[1]))
+            result.release_generation[job.uid] = job.restarted or 0
+        else:
+            result.refit[job.uid] = job.restarted or 0
+    for job in unkept:
+        placed = _placed(job.missing, job.missing_names, nodes, levels, job.topology)
+        if placed is not None:
+            result.placements[job.uid], result.keys[job.uid] = placed[0], job.key
+        else:
+            for pod in job.missing:
+                place([pod], nodes)
     # A namespace where preempted (or timed-out) jobs still hold pods preempts nobody
     # else until they are gone: their pods are about to free the room.
     # So does one where an admitted gang is being replaced (a resize, a restart): until its
@@ -273,6 +286,7 @@ def _judge(
 
 def _refit(
     job: JobView,
+    kept: dict[str, str],
     quotas: dict[str, Quota],
     nodes: list[Node],
     levels: Sequence[str],
@@ -288,7 +302,12 @@ def _refit(
         return REASON_WAITING_FOR_ADMISSION, messages.quota_short(
             job.namespace, job.need, quota, short
         )
-    placed = _placed(job.gang, job.pod_names, nodes, levels, job.topology)
+    where = _pinned(job.gang, job.pod_names, kept, nodes)
+    placed = (
+        (where, describe(on_nodes(list(where.values()), nodes, levels)))
+        if where is not None
+        else _placed(job.gang, job.pod_names, nodes, levels, job.topology)
+    )
     if placed is None:
         if not place_on_empty(job.gang, nodes):
             return REASON_INADMISSIBLE, messages.capacity_never(job.gang, nodes)
@@ -302,13 +321,20 @@ def _refit(
 def _kept(job: JobView, kept: dict[str, str], nodes: Sequence[Node]) -> dict[str, str] | None:
     """The missing pods reserved where an earlier pass placed them, if all still fit there
     (a later pass must not move them: another gang may have been placed around them)."""
-    if not job.missing_names or any(name not in kept for name in job.missing_names):
+    return _pinned(job.missing, job.missing_names, kept, nodes)
+
+
+def _pinned(
+    pods: Sequence[PodDemand], names: Sequence[str], kept: dict[str, str], nodes: Sequence[Node]
+) -> dict[str, str] | None:
+    """The pods taken on the nodes `kept` names for them, if every one has a node there and
+    they all still fit; else None (and nothing taken)."""
+    if not names or any(name not in kept for name in names):
         return None
-    pinned = [replace(pod, node_name=kept[name])
-              for pod, name in zip(job.missing, job.missing_names, strict=True)]  # fmt: skip
+    pinned = [replace(pod, node_name=kept[name]) for pod, name in zip(pods, names, strict=True)]
     if not place(pinned, nodes):
         return None
-    return {name: kept[name] for name in job.missing_names}
+    return {name: kept[name] for name in names}
 
 
 def _placed(

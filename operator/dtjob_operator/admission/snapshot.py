@@ -422,14 +422,18 @@ def job_view(
 
 
 def _growth(job: Obj, pods: int) -> dict[str, Any]:
-    """elastic_max and resizable_at of an admitted elastic job that may grow, else none."""
+    """elastic_max and resizable_at of an admitted elastic job that may grow (below its
+    maximum, resizes left, checkpoints on a claim), else none."""
     if elastic_min(job, pods + 1) is None:  # not elastic, or not a workers-only gang
         return {}
     spec, status = job.get("spec") or {}, job.get("status") or {}
     most = int(((spec.get("roles") or {}).get("worker") or {}).get("replicas") or 1)
     policy = (spec.get("runPolicy") or {}).get("elastic") or {}
     said = status.get("elastic") or {}
-    if pods >= most or not _resizes_left(job):
+    # Growing restarts the gang: without a claim its checkpoints are in the pods' emptyDirs,
+    # and the job would start over. Shrinking still beats being stopped whole.
+    claim = (spec.get("checkpoint") or {}).get("claimName")
+    if pods >= most or not _resizes_left(job) or not claim:
         return {}
     since = parse_time(said.get("lastResizeTime")) or parse_time(status.get("startTime"))
     cooldown = timedelta(seconds=int(policy.get("cooldownSeconds", 600)))

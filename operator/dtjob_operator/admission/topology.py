@@ -214,6 +214,11 @@ def place_gang(
     return GangPlacement(tuple(placed), _smallest_domain(placed, nodes, levels))
 
 
+def on_nodes(names: Sequence[str], nodes: Sequence[Node], levels: Sequence[str]) -> GangPlacement:
+    """A gang already given these nodes (in rank order), with the domain they share."""
+    return GangPlacement(tuple(names), _smallest_domain(names, nodes, [lv for lv in levels if lv]))
+
+
 def describe(placement: GangPlacement) -> str:
     """Where the gang went, for the job's status: its smallest domain ("<level>=<value>"),
     else how many nodes it spans."""

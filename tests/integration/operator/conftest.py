@@ -106,3 +106,12 @@ def priority_classes(cluster) -> Iterator[dict[str, str]]:  # type: ignore[no-un
     yield names
     for name in names.values():
         api.delete_priority_class(name)
+
+
+@pytest.fixture
+def volumes(cluster: Any) -> Iterator[list[str]]:
+    """Names of the PersistentVolumes a test makes (cluster-scoped: deleted afterwards)."""
+    made: list[str] = []
+    yield made
+    for pv in made:
+        cluster.core.delete_persistent_volume(pv)

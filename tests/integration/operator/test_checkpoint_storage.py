@@ -7,14 +7,13 @@ no StorageClass, so a dynamically provisioned claim would stay Pending)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kubernetes import client
 
 from helpers.jobs import JobBuilder, create_job, job_pods, status, wait_phase, wait_pods_running
-from helpers.kube import events_for, unique, wait_for
+from helpers.kube import bound_claim, claim, events_for, unique, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator")]
 
@@ -37,50 +36,6 @@ def job(name: str, workers: int, claim: str | None = None) -> dict[str, Any]:
     if claim:
         builder.spec(checkpoint={"claimName": claim})
     return builder.build()
-
-
-@pytest.fixture
-def volumes(cluster: Any) -> Iterator[list[str]]:
-    """Names of the PersistentVolumes a test makes (cluster-scoped: deleted afterwards)."""
-    made: list[str] = []
-    yield made
-    for pv in made:
-        cluster.core.delete_persistent_volume(pv)
-
-
-def bound_claim(core: client.CoreV1Api, ns: str, name: str, mode: str, volumes: list[str]) -> None:
-    """A claim bound statically to a hostPath volume made for it."""
-    pv = unique("ckpt-pv")
-    core.create_persistent_volume(
-        {
-            "metadata": {"name": pv},
-            "spec": {
-                "capacity": {"storage": "1Gi"},
-                "accessModes": [mode],
-                "storageClassName": "",
-                "hostPath": {"path": f"/tmp/{pv}"},
-                "claimRef": {"namespace": ns, "name": name},
-            },
-        }
-    )
-    volumes.append(pv)
-    claim(core, ns, name, mode, volume=pv)
-    wait_for(
-        lambda: core.read_namespaced_persistent_volume_claim(name, ns).status.phase == "Bound",
-        60,
-        what=f"claim {ns}/{name} bound",
-    )
-
-
-def claim(core: client.CoreV1Api, ns: str, name: str, mode: str, volume: str = "") -> None:
-    spec: dict[str, Any] = {
-        "accessModes": [mode],
-        "storageClassName": "",
-        "resources": {"requests": {"storage": "1Gi"}},
-    }
-    if volume:
-        spec["volumeName"] = volume
-    core.create_namespaced_persistent_volume_claim(ns, {"metadata": {"name": name}, "spec": spec})
 
 
 def test_job_without_a_claim_says_its_checkpoints_are_ephemeral(

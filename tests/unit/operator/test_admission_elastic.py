@@ -133,11 +133,12 @@ def test_preemption_shrinks_an_elastic_job_to_its_minimum_before_stopping_anyone
 def test_a_running_job_is_viewed_with_its_bounds_until_it_is_out_of_resizes() -> None:
     """From the job object: a job at 3 of 4 workers (minimum 2) may grow to 4 and be shrunk
     to 2, not before its last resize + the cooldown; once it has had maxResizes resizes
-    its size stays (it can neither grow nor be shrunk, only stopped whole)."""
+    its size stays (it can neither grow nor be shrunk, only stopped whole). Without a
+    checkpoint claim it does not grow (it would start over), but may be shrunk."""
     settings = OperatorSettings()
 
-    def view(resizes: int) -> JobView:
-        job = a_job("e").with_workers(4, gpus=4, minReplicas=2)
+    def view(resizes: int, claim: str | None = "ckpt") -> JobView:
+        job = a_job("e").with_workers(4, gpus=4, minReplicas=2).with_checkpoint(claimName=claim)
         job = job.with_run_policy(elastic={"cooldownSeconds": 60, "maxResizes": 2})
         said = {"replicas": 3, "resizes": resizes, "lastResizeTime": iso(100)}
         obj = job.with_status(phase="Running", startTime=iso(0), elastic=said).obj()
@@ -153,3 +154,5 @@ def test_a_running_job_is_viewed_with_its_bounds_until_it_is_out_of_resizes() ->
     assert v.resizable_at == at(160) and v.cooldown == 60.0
     v = view(2)
     assert (len(v.gang), v.elastic_min, v.elastic_max, v.resizable_at) == (3, None, None, None)
+    v = view(1, claim=None)
+    assert (len(v.gang), v.elastic_min, v.elastic_max) == (3, 2, None)

@@ -3,6 +3,7 @@ planner): kept when it still fits, released to the queue when it no longer does.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from unit.operator.builders import T0, a_job, a_pod, at, pods
@@ -66,6 +67,24 @@ def test_a_restarted_gang_is_placed_before_reservations_of_gangs_being_created()
     jobs = [view("other", 1, 8, admitted=True, started=False), restarted("r", created=1)]
     result = decide(snapshot(jobs, nodes=[node("n0", 8), node("n1", 4)]), preemption=False)
     assert result.release == {}
+
+
+def test_a_restarted_gang_goes_back_where_it_was_and_never_onto_a_kept_reservation() -> None:
+    """ "urgent" was admitted onto n0 in an earlier pass and its pod may be being created
+    there; "flex" restarted (a resize) with its rank 0 kept on n1. Placed afresh first, flex
+    took n0 (both empty, by name): urgent was moved while its pod was being pinned to n0."""
+    urgent = view("urgent", 1, 8, admitted=True, started=False, missing_names=("urgent-w-0",))
+    flex = restarted("flex", 1, 8, pod_names=("flex-w-0",))
+    snap = snapshot([urgent, flex], nodes=[node("n0", 8), node("n1", 8)])
+    snap = replace(snap, kept={"urgent": {"urgent-w-0": "n0"}, "flex": {"flex-w-0": "n1"}})
+    result = decide(snap, preemption=False)
+    assert result.placements == {"urgent": {"urgent-w-0": "n0"}, "flex": {"flex-w-0": "n1"}}
+    assert result.refit == {"flex": 1} and result.release == {}
+    # A reservation placed afresh is said with its key: the reconcile is told to pin it.
+    moved = replace(snap, kept={"urgent": {"urgent-w-0": "gone"}})
+    result = decide(moved, preemption=False)
+    assert result.placements["urgent"] == {"urgent-w-0": "n1"}
+    assert result.keys["urgent"] == ("a", "urgent")
 
 
 # -- snapshot -------------------------------------------------------------------------------
