@@ -403,7 +403,7 @@ class WorkerRoleSpec(RoleSpec):
 
     minReplicas: int | None = Field(default=None, ge=1, le=4096)
     """Elastic: the fewest worker pods the job runs with (replicas is the most). It is
-    admitted at the largest size that fits, grows into free GPUs and shrinks instead of
+    admitted at the largest size that fits, grows into free capacity and shrinks instead of
     being preempted whole (docs/admission.md, "Elastic jobs")."""
 
     @property

@@ -112,7 +112,7 @@ class ElasticStatus(ApiModel):
     lastResizeTime: str | None = None
     """When the last resize began."""
     lastResizeReason: str | None = None
-    """Why, e.g. "grew from 2 to 4 workers into free GPUs"."""
+    """Why, e.g. "grew from 2 to 4 workers into free capacity"."""
 
 
 class DistributedTrainingJobStatus(ApiModel):

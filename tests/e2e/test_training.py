@@ -23,6 +23,8 @@ from helpers.cluster import REPO
 from helpers.realnode import E2E, TERMINAL, pushed, registry_digest
 
 EXAMPLES = sorted(p.stem for p in (REPO / "examples" / "cpu").glob("*.yaml"))
+# test_elastic.py trains the elastic one alone: it needs a quota that it grows into.
+FLEET = [e for e in EXAMPLES if e != "elastic"]
 # Digits has 10 classes (chance 0.1). The CPU examples train 300 SGD steps on standardised
 # pixels; single-process training of the same MLP reaches 0.93 held-out, and the
 # asynchronous strategies (Hogwild, EASGD, async PS) trail it by a few points.
@@ -83,7 +85,7 @@ def _poll(e2e: E2E, fleet: Fleet, stop: threading.Event) -> None:
 def fleet(e2e: E2E) -> Iterator[Fleet]:
     jobs: dict[str, tuple[str, dict[str, Any]]] = {}
     try:
-        for example in EXAMPLES:
+        for example in FLEET:
             ns = e2e.new_namespace()
             jobs[example] = (ns, e2e.apply_example(example, ns))
         seen = {(ns, job["metadata"]["name"]): Seen() for ns, job in jobs.values()}
@@ -113,7 +115,7 @@ def _finished(e2e: E2E, fleet: Fleet, example: str) -> tuple[dict[str, Any], See
 
 
 @pytest.mark.timeout(TIMEOUT + 120)  # the first test waits for the whole fleet
-@pytest.mark.parametrize("example", EXAMPLES)
+@pytest.mark.parametrize("example", FLEET)
 def test_example_trains_to_succeeded(e2e: E2E, fleet: Fleet, example: str) -> None:
     job, seen = _finished(e2e, fleet, example)
     ns, name = fleet.jobs[example][0], job["metadata"]["name"]

@@ -75,7 +75,7 @@ def grow(
             result.growable[job.uid] = size
             since = snapshot.growable_since.get(job.uid, now)
             if now >= job.resizable_at and (now - since).total_seconds() >= job.cooldown:
-                why = f"grew from {len(job.gang)} to {size} workers into free GPUs"
+                why = f"grew from {len(job.gang)} to {size} workers into free capacity"
                 result.resize[job.uid] = (size, why)
                 result.keys[job.uid] = job.key
                 extra = bigger.gang[len(job.gang) :]

@@ -131,7 +131,7 @@ def test_grows_into_a_freed_node_shrinks_for_priority_and_holds_its_cooldown(
     st = resized(api, namespace, "flex", 1, 4)
     grew = when(st["elastic"]["lastResizeTime"])
     assert (grew - freed).total_seconds() >= COOLDOWN - 1, (freed, grew)
-    assert st["elastic"]["lastResizeReason"] == "grew from 2 to 4 workers into free GPUs"
+    assert st["elastic"]["lastResizeReason"] == "grew from 2 to 4 workers into free capacity"
     pods = sorted(job_pods(core, namespace, "flex"), key=lambda p: p.metadata.name)
     assert [p.metadata.name for p in pods] == [f"flex-worker-{i}" for i in range(4)]
     assert {env_of(p)["WORLD_SIZE"] for p in pods} == {"32"}

@@ -47,6 +47,7 @@ def test_example_creates_expected_gang(cluster, namespace, path: Path) -> None:
     # Examples may pin a GPU model with a nodeSelector; the fake nodes carry no such label,
     # so the test drops it (placement is the scheduler's business, tested elsewhere).
     # Likewise their data PVCs do not exist here: an emptyDir stands in for each.
+    (spec.get("checkpoint") or {}).pop("claimName", None)  # nor a checkpoint claim
     for role in roles.values():
         template = role.get("template") or {}
         template.pop("nodeSelector", None)

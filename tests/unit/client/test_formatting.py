@@ -48,7 +48,7 @@ def fleet() -> list[Job]:
         .strategy("MirroredStrategy").role("worker", 2, gpus=8)
         .status(phase="Running", strategy="DataParallel", ready="2/2",
                 elastic={"replicas": 2, "minReplicas": 1, "maxReplicas": 4, "resizes": 1,
-                         "lastResizeReason": "grew from 1 to 2 workers into free GPUs"})
+                         "lastResizeReason": "grew from 1 to 2 workers into free capacity"})
         .progress(step=10, samplesPerSecond=85.25, etaSeconds=42.4).job(),
     ]  # fmt: skip
 
@@ -189,4 +189,4 @@ def test_terminal_plot_of_an_empty_or_flat_history() -> None:
 def test_why_an_elastic_job_says_its_resizes() -> None:
     mirror = next(j for j in fleet() if j.name == "mirror")
     text = format_why(explain(mirror, [], [], []))
-    assert "resized 1 time(s), last: grew from 1 to 2 workers into free GPUs" in text
+    assert "resized 1 time(s), last: grew from 1 to 2 workers into free capacity" in text

@@ -85,7 +85,7 @@ def test_a_running_elastic_job_grows_once_room_stayed_free_for_its_cooldown() ->
     assert first.growable == {"e": 4} and first.resize == {}  # room seen now: not yet
     later = replace(snapshot([running()], NODES), growable_since={"e": T0 - timedelta(seconds=601)})
     grown = decide(later, preemption=False)
-    assert grown.resize == {"e": (4, "grew from 2 to 4 workers into free GPUs")}
+    assert grown.resize == {"e": (4, "grew from 2 to 4 workers into free capacity")}
 
 
 def test_no_growth_while_its_namespace_has_a_job_waiting_or_before_its_cooldown() -> None:
@@ -106,7 +106,7 @@ def test_growth_stops_at_what_fits() -> None:
     nodes = [node("n0", 8, 0), node("n1", 8, 4)]
     since = {"e": T0 - timedelta(hours=1)}
     grown = decide(replace(snapshot([running()], nodes), growable_since=since), preemption=False)
-    assert grown.resize == {"e": (3, "grew from 2 to 3 workers into free GPUs")}
+    assert grown.resize == {"e": (3, "grew from 2 to 3 workers into free capacity")}
 
 
 def test_preemption_shrinks_an_elastic_job_to_its_minimum_before_stopping_anyone() -> None:

@@ -217,7 +217,7 @@ def test_a_resize_restarts_the_gang_at_the_new_size_and_is_no_failure() -> None:
     gang = [a_pod(elastic, "worker", i).running().ready() for i in range(2)]
     running = after(started, *gang, now=40)
     assert running.obj()["status"]["phase"] == "Running"
-    why = "grew from 2 to 4 workers into free GPUs"
+    why = "grew from 2 to 4 workers into free capacity"
     p = run(running, *gang, now=50, resize=(4, why))
     assert p.status["phase"] == "Restarting" and sorted(p.delete_pods) == [
         "j-worker-0",

@@ -27,7 +27,7 @@ NAMES = {
     "model-parallel", "pipeline-gpipe", "pipeline-1f1b", "pipeline-interleaved", "hybrid",
     "fsdp", "cpu-offload", "auto", "custom-image", "easgd-round-robin", "pipeline-hetero",
     "tf-multi-worker-mirrored", "pipeline-pipedream", "pipeline-pipedream-2bw",
-    "tensor-parallel", "pipeline-tensor-parallel", "custom-model",
+    "tensor-parallel", "pipeline-tensor-parallel", "custom-model", "elastic",
 }  # fmt: skip
 
 

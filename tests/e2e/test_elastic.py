@@ -1,0 +1,70 @@
+"""examples/cpu/elastic.yaml on the real node grows from 1 worker pod to 2 while it trains:
+admitted at 1 under a namespace quota that holds one pod, it grows once the quota is
+raised and the room has stayed free for its cooldown, resumes from its checkpoint (on a
+hostPath claim) with 2 pods, and ends Succeeded with the held-out accuracy of the fixed
+data-parallel example trained beside it (the same model, data, seed and global batch)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from helpers.realnode import E2E, watch_job
+
+STEPS = 600  # long enough that the growth (cooldown + restart) lands mid-run
+COOLDOWN = 20
+# Both runs reduce the same global batch in fp32, in another order once resized: the same
+# model to rounding, so the same accuracy to a sample or two of the 360 held out.
+ACCURACY_SLACK = 0.02
+
+
+def test_elastic_example_grows_from_one_pod_to_two_and_trains_the_fixed_jobs_model(
+    e2e: E2E, e2e_namespace: str
+) -> None:
+    ns, twin_ns = e2e_namespace, e2e.new_namespace()
+    try:
+        # One trainer pod requests 250m here (place_on_real_node): 400m holds one, not two.
+        e2e.kubectl("create", "quota", "cpu", "--hard=requests.cpu=400m", "-n", ns)
+        claim = e2e.hostpath_claim(ns, Path("/tmp") / f"dtjob-{ns}-ckpt")
+        job = e2e.apply_example(
+            "elastic", ns, checkpoint__claimName=claim, trainer__steps=STEPS,
+            runPolicy__elastic={"cooldownSeconds": COOLDOWN},
+        )  # fmt: skip
+        twin = e2e.apply_example("data-parallel", twin_ns, trainer__steps=STEPS)
+        name = job["metadata"]["name"]
+        seen: list[tuple[int, int, int]] = []  # (size, step, last checkpoint step)
+        raised = False
+
+        def poll(obj: dict[str, Any], row: str) -> None:
+            nonlocal raised
+            st = obj.get("status", {})
+            size = (st.get("elastic") or {}).get("replicas") or 0
+            progress = st.get("progress") or {}
+            if st.get("phase") == "Running" and progress.get("step"):
+                seen.append((size, progress["step"], progress.get("lastCheckpointStep") or 0))
+            if not raised and size == 1 and progress.get("lastCheckpointStep"):
+                hard = json.dumps({"spec": {"hard": {"requests.cpu": "1"}}})
+                e2e.kubectl("patch", "quota", "cpu", "-n", ns, "--type=merge", "-p", hard)
+                raised = True
+
+        done = watch_job(e2e, ns, name, timeout=900, on_poll=poll)
+        fixed = watch_job(e2e, twin_ns, twin["metadata"]["name"], timeout=300)
+    finally:
+        e2e.kubectl("delete", "namespace", twin_ns, "--wait=false", check=False)
+    st = done["status"]
+    assert st["phase"] == "Succeeded", st
+    assert raised, seen  # it ran at 1 pod first, long enough to checkpoint
+    assert st["elastic"]["resizes"] == 1 and st["elastic"]["replicas"] == 2, st["elastic"]
+    assert st["elastic"]["lastResizeReason"] == "grew from 1 to 2 workers into free capacity"
+    assert not st.get("countedRestarts"), st
+    at_one = [s for s in seen if s[0] == 1]
+    at_two = [s for s in seen if s[0] == 2]
+    assert at_one and at_two, seen  # grew while training
+    # Resumed from its checkpoint: no step seen at 2 pods is before the last checkpoint
+    # seen at 1 (a start over would show the early steps again).
+    assert min(s for _, s, _ in at_two) >= max(c for _, _, c in at_one) > 0, seen
+    assert st["progress"]["step"] == STEPS
+    assert fixed["status"]["phase"] == "Succeeded", fixed["status"]
+    accuracy, fixed_accuracy = st["progress"]["accuracy"], fixed["status"]["progress"]["accuracy"]
+    assert abs(accuracy - fixed_accuracy) <= ACCURACY_SLACK, (accuracy, fixed_accuracy)
