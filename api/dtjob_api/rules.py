@@ -163,8 +163,8 @@ RULES: tuple[Rule, ...] = (
         lambda f: (f.strategy in _ELASTIC or not f.bundled_trainer)
         and not f.has_ps and not f.has_stage,
         "elastic jobs are DataParallel, FSDP, CPUOffload or a custom trainer.command, with "
-        "workers only: a pipeline's stages, parameter servers and tensor-parallel groups "
-        "have a fixed shape",
+        "workers only: pipeline stages, parameter-server modes and tensor-parallel groups "
+        "have a fixed shape, and Auto picks its strategy by the world size",
         "FieldValueForbidden",
     ),
     Rule(
