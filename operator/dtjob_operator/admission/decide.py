@@ -157,8 +157,11 @@ def decide(snapshot: Snapshot, *, preemption: bool) -> Decisions:
     reasons: dict[str, tuple[str, str]] = {}
     for job in in_queue_order(j for j in snapshot.jobs if not j.admitted):
         result.keys[job.uid] = job.key
-        if job.elastic_min is not None:
-            job = elastic.sized(job, quotas.get(job.namespace), nodes, snapshot.topology_levels)
+        if job.elastic_min is not None and job.namespace in blocked:
+            job = elastic.first(job, job.elastic_min)  # waits behind the blocker at any size
+        elif job.elastic_min is not None:
+            quota = quotas.get(job.namespace)
+            job = elastic.sized(job, quota, nodes, snapshot.topology_levels, ctx.no_room)
         reason, message = _judge(
             job, snapshot, quotas, nodes, blocked, releasing, preemption, admitted, result, ctx
         )

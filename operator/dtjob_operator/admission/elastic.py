@@ -9,11 +9,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from dtjob_operator.admission.fit import Node, Quota, place, quota_shortfall
+from dtjob_operator.admission.fit import GangShape, Node, Quota, gang_shape, place, quota_shortfall
 from dtjob_operator.admission.queue import in_queue_order
 from dtjob_operator.admission.resources import add, subtract
 from dtjob_operator.admission.snapshot import JobView, Snapshot
-from dtjob_operator.admission.topology import place_gang
+from dtjob_operator.admission.topology import TopologyRequest, place_gang
 from dtjob_operator.naming import pod_name
 
 if TYPE_CHECKING:
@@ -68,36 +68,49 @@ def grow(
         if job.resizable_at is None or job.uid in result.preempt:
             continue
         quota = quotas.get(job.namespace)
-        for size in range(job.elastic_max, len(job.gang), -1):
-            bigger = grown(job, size)
-            if not fits_without(bigger, [job], quota, nodes, snapshot.topology_levels):
-                continue
-            result.growable[job.uid] = size
-            since = snapshot.growable_since.get(job.uid, now)
-            if now >= job.resizable_at and (now - since).total_seconds() >= job.cooldown:
-                why = f"grew from {len(job.gang)} to {size} workers into free capacity"
-                result.resize[job.uid] = (size, why)
-                result.keys[job.uid] = job.key
-                extra = bigger.gang[len(job.gang) :]
-                if quota is not None:
-                    quota.room = subtract(quota.room, add(*(p.requests for p in extra)))
-                place(list(extra), nodes)
-            break
+        # One more pod first: where that does not fit, no more does (the pods are alike),
+        # which is what most passes find. Then up to the most that fit.
+        size = len(job.gang)
+        while size < job.elastic_max and fits_without(
+            grown(job, size + 1), [job], quota, nodes, snapshot.topology_levels
+        ):
+            size += 1
+        if size == len(job.gang):
+            continue
+        result.growable[job.uid] = size
+        since = snapshot.growable_since.get(job.uid, now)
+        if now >= job.resizable_at and (now - since).total_seconds() >= job.cooldown:
+            why = f"grew from {len(job.gang)} to {size} workers into free capacity"
+            result.resize[job.uid] = (size, why)
+            result.keys[job.uid] = job.key
+            extra = grown(job, size).gang[len(job.gang) :]
+            if quota is not None:
+                quota.room = subtract(quota.room, add(*(p.requests for p in extra)))
+            place(list(extra), nodes)
 
 
 def sized(
-    job: JobView, quota: Quota | None, nodes: Sequence[Node], levels: Sequence[str]
+    job: JobView,
+    quota: Quota | None,
+    nodes: Sequence[Node],
+    levels: Sequence[str],
+    no_room: set[tuple[GangShape, TopologyRequest | None]],
 ) -> JobView:
     """An elastic job at the most pods in [elastic_min, len(gang)] that fit its quota room
     and have a placement now, else at its minimum (which then waits, is never admissible,
-    or preempts, as any gang of that size)."""
+    or preempts, as any gang of that size). `no_room`: the pass's gang shapes that found no
+    placement (nodes only lose room during a pass), added to."""
     least = job.elastic_min or len(job.gang)
     for size in range(len(job.gang), least, -1):
         pods = job.gang[:size]
         if quota is not None and quota_shortfall(add(*(p.requests for p in pods)), quota.room):
             continue
+        shape = (gang_shape(pods), job.topology)
+        if shape in no_room:
+            continue
         if place_gang(pods, nodes, levels, job.topology) is not None:
             return first(job, size)
+        no_room.add(shape)
     return first(job, least)
 
 
