@@ -70,8 +70,6 @@ from __future__ import annotations
 import argparse
 import heapq
 import json
-import os
-import platform
 import random
 import shlex
 import statistics
@@ -86,27 +84,22 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from placement import (
-    BLOCKS,
     EPOCH,
     GPUS_PER_NODE,
     LEVELS,
-    MIX,
-    NAMESPACES,
     NODES,
-    OFFERED_LOAD,
-    RACKS,
-    RUNTIME_S,
     SEED,
     TOP,
     TraceJob,
     admitted_in_order,
-    arrival_rate,
     cluster,
     git_commit,
+    machine,
     make_trace,
     p90,
     summary,
     trace_facts,
+    trace_parameters,
     waiting_view,
 )
 
@@ -631,18 +624,7 @@ def main() -> None:
         "operator_commit": git_commit(),
         "measured_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "parameters": {
-            "seed": args.seed,
-            "jobs": args.jobs,
-            "nodes": NODES,
-            "gpus_per_node": GPUS_PER_NODE,
-            "racks": RACKS,
-            "blocks": BLOCKS,
-            "namespaces": NAMESPACES,
-            "shapes_pods_gpus_share": [list(m) for m in MIX],
-            "runtime_s_log_uniform": list(RUNTIME_S),
-            "offered_load": OFFERED_LOAD,
-            "arrivals_per_hour": round(3600 * arrival_rate(), 2),
-            "topology_levels": list(LEVELS),
+            **trace_parameters(args.seed, args.jobs),
             "elastic_min": "replicas // 2 for the multi-node gangs; single-node jobs fixed",
             "scaling": "linear: n of N workers progress at n/N",
             "cooldown_s": COOLDOWN_S,
@@ -654,12 +636,7 @@ def main() -> None:
         "trace": trace_facts(trace),
         "scenarios": scenarios,
         "wall_s": round(time.perf_counter() - started, 1),
-        "machine": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "processor": platform.machine(),
-            "load_average_1m_at_end": round(os.getloadavg()[0], 2),
-        },
+        "machine": machine(),
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")

@@ -411,6 +411,34 @@ def table(policies: dict[str, dict[str, Any]]) -> Iterable[str]:
                f"{wait:>17} {pending:>13} {ms:>18}")  # fmt: skip
 
 
+def machine() -> dict[str, Any]:
+    """What the figures were measured on (bench/elastic.py's too)."""
+    return {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "processor": platform.machine(),
+        "load_average_1m_at_end": round(os.getloadavg()[0], 2),
+    }
+
+
+def trace_parameters(seed: int, jobs: int) -> dict[str, Any]:
+    """The cluster and trace a result was measured on (bench/elastic.py's too)."""
+    return {
+        "seed": seed,
+        "jobs": jobs,
+        "nodes": NODES,
+        "gpus_per_node": GPUS_PER_NODE,
+        "racks": RACKS,
+        "blocks": BLOCKS,
+        "namespaces": NAMESPACES,
+        "shapes_pods_gpus_share": [list(m) for m in MIX],
+        "runtime_s_log_uniform": list(RUNTIME_S),
+        "offered_load": OFFERED_LOAD,
+        "arrivals_per_hour": round(3600 * arrival_rate(), 2),
+        "topology_levels": list(LEVELS),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--jobs", type=int, default=1000)
@@ -428,29 +456,11 @@ def main() -> None:
         "command": " ".join(["python bench/placement.py", shlex.join(sys.argv[1:])]).strip(),
         "operator_commit": git_commit(),
         "measured_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "parameters": {
-            "seed": args.seed,
-            "jobs": args.jobs,
-            "nodes": NODES,
-            "gpus_per_node": GPUS_PER_NODE,
-            "racks": RACKS,
-            "blocks": BLOCKS,
-            "namespaces": NAMESPACES,
-            "shapes_pods_gpus_share": [list(m) for m in MIX],
-            "runtime_s_log_uniform": list(RUNTIME_S),
-            "offered_load": OFFERED_LOAD,
-            "arrivals_per_hour": round(3600 * arrival_rate(), 2),
-            "topology_levels": list(LEVELS),
-        },
+        "parameters": trace_parameters(args.seed, args.jobs),
         "trace": trace_facts(trace),
         "policies": policies,
         "wall_s": round(time.perf_counter() - started, 1),
-        "machine": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "processor": platform.machine(),
-            "load_average_1m_at_end": round(os.getloadavg()[0], 2),
-        },
+        "machine": machine(),
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")

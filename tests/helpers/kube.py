@@ -346,3 +346,14 @@ def claim(core: client.CoreV1Api, ns: str, name: str, mode: str, volume: str = "
     if volume:
         spec["volumeName"] = volume
     core.create_namespaced_persistent_volume_claim(ns, {"metadata": {"name": name}, "spec": spec})
+
+
+def gpu_pods(core: client.CoreV1Api) -> list[str]:
+    """The unfinished pods of every namespace that request GPUs: a test on the 4 fake GPU
+    nodes waits until earlier tests have left none."""
+    unfinished = "status.phase!=Succeeded,status.phase!=Failed"
+    pods = core.list_pod_for_all_namespaces(field_selector=unfinished).items
+    return [
+        p.metadata.name for p in pods
+        if any(GPU in ((c.resources and c.resources.requests) or {}) for c in p.spec.containers)
+    ]  # fmt: skip

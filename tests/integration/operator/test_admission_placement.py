@@ -15,11 +15,10 @@ import pytest
 
 from dtjob_operator.admission.snapshot import pinned_node
 from helpers.jobs import JobBuilder, create_job, job_pods, status, wait_phase
-from helpers.kube import wait_for
+from helpers.kube import gpu_pods, wait_for
 from helpers.operator import OperatorProcess
 
 pytestmark = [pytest.mark.integration]
-UNFINISHED = "status.phase!=Succeeded,status.phase!=Failed"
 RACK, HOST = "placement.dtjob.test/rack", "kubernetes.io/hostname"
 
 
@@ -32,15 +31,6 @@ def operator(cluster, crd, tmp_path_factory) -> Iterator[OperatorProcess]:  # ty
     proc.start()
     yield proc
     proc.stop()
-
-
-def gpu_pods(core: Any) -> list[str]:
-    pods = core.list_pod_for_all_namespaces(field_selector=UNFINISHED).items
-    return [
-        p.metadata.name for p in pods
-        if any("nvidia.com/gpu" in ((c.resources and c.resources.requests) or {})
-               for c in p.spec.containers)
-    ]  # fmt: skip
 
 
 @pytest.mark.usefixtures("operator")

@@ -26,11 +26,10 @@ from helpers.jobs import (
     status,
     wait_phase,
 )
-from helpers.kube import bound_claim, events_for, wait_for
+from helpers.kube import bound_claim, events_for, gpu_pods, wait_for
 from helpers.operator import OperatorProcess
 
 pytestmark = [pytest.mark.integration]
-UNFINISHED = "status.phase!=Succeeded,status.phase!=Failed"
 
 
 @pytest.fixture(scope="module")
@@ -41,15 +40,6 @@ def operator(cluster, crd, tmp_path_factory) -> Iterator[OperatorProcess]:  # ty
     proc.start()
     yield proc
     proc.stop()
-
-
-def gpu_pods(core: Any) -> list[str]:
-    pods = core.list_pod_for_all_namespaces(field_selector=UNFINISHED).items
-    return [
-        p.metadata.name for p in pods
-        if any("nvidia.com/gpu" in ((c.resources and c.resources.requests) or {})
-               for c in p.spec.containers)
-    ]  # fmt: skip
 
 
 def elastic(name: str, replicas: int, least: int, gpus: int = 8, **policy: Any) -> dict[str, Any]:
