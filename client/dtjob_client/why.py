@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dtjob_api.contract import DOMAIN, TRAINER_CONTAINER
+from dtjob_client.growth import growth_note
 from dtjob_client.jobs import Job
 
 LABEL_ROLE = f"{DOMAIN}/role"
@@ -92,6 +93,8 @@ class Why:
     """status.elastic.resizes: an elastic job's resizes."""
     last_resize: str | None = None
     """status.elastic.lastResizeReason."""
+    growth: str | None = None
+    """Why a running elastic job below its maximum has not grown (growth.growth_note)."""
     ready: str | None = None
     step: int | None = None
     total_steps: int | None = None
@@ -130,6 +133,7 @@ def explain(
         domain=st.admission.domain if st.admission else None,
         resizes=st.elastic.resizes if st.elastic else 0,
         last_resize=st.elastic.lastResizeReason if st.elastic else None,
+        growth=growth_note(job),
         ready=st.ready,
         step=progress.step if progress else None,
         total_steps=progress.totalSteps if progress else None,

@@ -33,6 +33,8 @@ def format_why(why: Why) -> str:
         lines.append(f"placed in {why.domain}")
     if why.resizes:
         lines.append(f"resized {why.resizes} time(s), last: {why.last_resize}")
+    if why.growth:
+        lines.append(why.growth)
     if why.ready or why.step is not None:
         facts = []
         if why.ready:

@@ -36,6 +36,10 @@ class JobJson:
         self._obj["spec"]["roles"][role] = {"replicas": replicas, "gpus": gpus, **extra}
         return self
 
+    def spec(self, **fields: Any) -> JobJson:
+        self._obj["spec"].update(fields)
+        return self
+
     def status(self, **fields: Any) -> JobJson:
         self._obj["status"].update(fields)
         return self

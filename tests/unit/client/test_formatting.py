@@ -190,3 +190,31 @@ def test_why_an_elastic_job_says_its_resizes() -> None:
     mirror = next(j for j in fleet() if j.name == "mirror")
     text = format_why(explain(mirror, [], [], []))
     assert "resized 1 time(s), last: grew from 1 to 2 workers into free capacity" in text
+
+
+def test_why_says_what_a_running_elastic_job_waits_for_to_grow() -> None:
+    """Below its maximum: the claim it needs, the resizes it has used up, or the cooldown
+    and the empty queue the admission waits for; nothing at its maximum."""
+
+    def job(replicas: int = 2, resizes: int = 1, **spec: object) -> Job:
+        elastic = {"replicas": replicas, "minReplicas": 1, "maxReplicas": 4,
+                   "resizes": resizes, "lastResizeTime": "2026-03-01T10:00:00Z"}  # fmt: skip
+        j = JobJson("flex").role("worker", 4, gpus=8, minReplicas=1).spec(**spec)
+        return j.status(phase="Running", startTime="2026-03-01T09:00:00Z", elastic=elastic).job()
+
+    def said(j: Job) -> str:
+        return format_why(explain(j, [], [], []))
+
+    claim = {"checkpoint": {"claimName": "ckpt"}}
+    assert (
+        "runs at 2 of at most 4 workers; it does not grow without spec.checkpoint.claimName"
+        in said(job())
+    )
+    grows = said(job(**claim, runPolicy={"elastic": {"cooldownSeconds": 300}}))
+    assert (
+        "runs at 2 of at most 4 workers; it grows once room for more has stayed free for 300s "
+        "while nobody in namespace team-a waits, not before 2026-03-01T10:05:00Z"
+    ) in grows
+    spent = said(job(resizes=3, **claim, runPolicy={"elastic": {"maxResizes": 3}}))
+    assert "it keeps that size: its 3 resizes reached runPolicy.elastic.maxResizes" in spent
+    assert "runs at" not in said(job(replicas=4, **claim))
