@@ -12,6 +12,8 @@
   8 pods, the second copy was some 20 MiB; bench/api_load.py).
 - Nodes (without their image lists), ResourceQuotas (a change asks for an admission pass)
   and PriorityClasses.
+- The last state of the jobs' pods the watch saw deleted, for ten minutes (gone_pods.py):
+  a member force-deleted off a dead node is judged by the node it ran on.
 
 Read-your-writes. A cache lags the API server by the watch's latency, and a pod the
 reconcile has just created or deleted may not be in it yet; a planner that saw a created
@@ -36,6 +38,7 @@ from typing import Any
 
 from dtjob_api import GROUP, PLURAL, VERSION
 from dtjob_operator.constants import KUEUE_GROUP, KUEUE_VERSION, LABEL_JOB_NAME
+from dtjob_operator.gone_pods import GonePods
 from dtjob_operator.informer import Informer
 from dtjob_operator.k8s import KubeApi, Obj, versions
 from dtjob_operator.settings import OperatorSettings
@@ -103,6 +106,7 @@ class Caches:
         self._unsettled: set[str] = set()
         self._written_jobs: dict[JobKey, str | None] = {}
         self._current_uids: dict[JobKey, str | None] = {}
+        self.gone_pods = GonePods()
         self._lock = threading.Lock()
 
     def _build(self) -> None:
@@ -116,6 +120,7 @@ class Caches:
 
         def job_pod_changed(kind: str, obj: Obj) -> None:
             owned_changed(kind, obj)
+            self.note_gone(kind, obj)
             # What the unfinished-pods cache says by a DELETED when it does not hold the
             # jobs' pods: a pod finished or went, and its room is free.
             if self.jobs_pods_hold_capacity and (
@@ -310,6 +315,12 @@ class Caches:
         cache shows the same."""
         with self._lock:
             self._unsettled.add(uid)
+
+    def note_gone(self, kind: str, obj: Obj) -> None:
+        """A job pod's watch event: the last state of a deleted one is kept (gone_pods.py)."""
+        job = ((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_JOB_NAME)
+        if kind == "DELETED" and job:
+            self.gone_pods.record(str(job), obj)
 
     def forget(self, uid: str | None, key: JobKey) -> None:
         """The job is gone or finished with: nothing of it to keep track of."""

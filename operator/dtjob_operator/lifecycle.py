@@ -193,7 +193,7 @@ class _Planner(PlanState):
         started = self.prior_phase in STARTED_PHASES
         verdict = judge_gang(
             gang_failures(self.o.pods, self.restarts, members, started),
-            self.o.pods,
+            [*self._gone_members(), *self.o.pods],  # a vanished member by its last state
             run_policy,
             self._lost_with_node(),
         )

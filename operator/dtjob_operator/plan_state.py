@@ -34,7 +34,7 @@ from dtjob_operator.policies.create_errors import CONFLICT, CreateError
 from dtjob_operator.policies.deadline import deadline_of
 from dtjob_operator.policies.finished import lenient_run_policy
 from dtjob_operator.policies.nodes import force_deletes
-from dtjob_operator.policies.pods import Pod, name_of, node_of
+from dtjob_operator.policies.pods import Pod, generation_of, name_of, node_of
 from dtjob_operator.policies.times import parse_time, seconds_until
 from dtjob_operator.policies.waiting import why_not_running
 from dtjob_operator.settings import OperatorSettings
@@ -163,8 +163,14 @@ class PlanState:
                 else m for m in missing]  # fmt: skip
 
     def _lost_with_node(self) -> set[str]:
-        """Pods whose node is NotReady, Unknown, gone or out of service."""
-        return {name_of(p) for p in self.o.pods if node_of(p) in self.o.lost_nodes}
+        """Pods whose node is NotReady, Unknown, gone or out of service (a vanished member
+        by the node it was on)."""
+        pods = [*self.o.pods, *self._gone_members()]
+        return {name_of(p) for p in pods if node_of(p) in self.o.lost_nodes}
+
+    def _gone_members(self) -> list[Pod]:
+        """The last states of this generation's vanished members (Observed.gone_pods)."""
+        return [p for p in self.o.gone_pods if generation_of(p) == self.restarts]
 
     def _force_deletes(self) -> list[str]:
         """Pods stuck terminating on a lost node, due now (policies/nodes.py); a look again

@@ -22,6 +22,10 @@ class Observed:
     """The DistributedTrainingJob as the API returns it (metadata, spec, status)."""
     pods: Sequence[Mapping[str, Any]] = ()
     """The job's pods (label dtjob.io/job-name, owned by this job), any generation."""
+    gone_pods: Sequence[Mapping[str, Any]] = ()
+    """While the gang is up, the last state of its members that vanished without the
+    reconcile having seen them go (gone_pods.py): a pod force-deleted off a dead node is
+    judged by the node it ran on and its DisruptionTarget condition, not as a failure."""
     children: Set[tuple[str, str]] = frozenset()
     """(kind, name) of the other children that exist: ServiceAccount, Role, RoleBinding,
     ConfigMap, Service."""

@@ -46,8 +46,13 @@ from dtjob_operator.kueue.verdict import Placement
 from dtjob_operator.kueue.workload import queue_of
 from dtjob_operator.metrics import OperatorMetrics
 from dtjob_operator.naming import progress_config_map_name
-from dtjob_operator.policies.nodes import GANG_UP_PHASES, confirmed_lost, lost_nodes
-from dtjob_operator.policies.pods import is_terminating, name_of, node_of
+from dtjob_operator.policies.nodes import (
+    GANG_UP_PHASES,
+    confirmed_lost,
+    lost_nodes,
+    vanished_members,
+)
+from dtjob_operator.policies.pods import Pod, is_terminating, name_of, node_of
 from dtjob_operator.policies.times import parse_time
 from dtjob_operator.policies.too_deep import too_deep_message, too_deep_path, too_deep_status
 from dtjob_operator.policies.waiting import pods_to_ask
@@ -333,10 +338,12 @@ class Reconciler:
                 self.admission.request()  # the check it waits for (timer passes may sleep)
         # Read only when named: most jobs have no claim, and the get costs a round trip.
         claim_name = checkpoint_claim_name(job)
+        gone = self._vanished(job, pods)
         observed = lifecycle.Observed(
             job=job,
             pods=pods,
-            lost_nodes=self._lost_nodes(job, pods),
+            gone_pods=gone,
+            lost_nodes=self._lost_nodes(job, pods, gone),
             children=existing,
             progress=read_progress(name, config_maps),
             now=datetime.now(UTC),
@@ -430,12 +437,28 @@ class Reconciler:
             raise
         self.caches.wrote_job(namespace, name, version)
 
-    def _lost_nodes(self, job: Obj, pods: list[Obj]) -> frozenset[str]:
-        """Lost nodes among those of the job's terminating pods: only a pod on its way out
-        needs its node's word, so a healthy pass lists no nodes. While the gang is up, a
-        node the cache still calls Ready is read from the API server: the node's watch
-        event may lag the pod's (policies/nodes.py `confirmed_lost`)."""
+    def _vanished(self, job: Obj, pods: list[Obj]) -> list[Pod]:
+        """While the gang is up, the last states of its members that are gone without the
+        reconcile having seen them go (gone_pods.py); none in nearly every pass."""
+        status = job.get("status") or {}
+        if status.get("phase") not in GANG_UP_PHASES:
+            return []
+        meta = job["metadata"]
+        gone = self.caches.gone_pods.of(meta["namespace"], meta["name"])
+        mine = [p for p in gone if owned_by(p, meta["uid"])]
+        vanished = vanished_members(mine, pods, int(status.get("restarts") or 0))
+        for pod in vanished:
+            log.info("%s/%s: member %s vanished unseen; judged by its last state (node %s)",
+                     meta["namespace"], meta["name"], name_of(pod), node_of(pod))  # fmt: skip
+        return vanished
+
+    def _lost_nodes(self, job: Obj, pods: list[Obj], gone: list[Pod]) -> frozenset[str]:
+        """Lost nodes among those of the job's terminating or vanished pods: only a pod on
+        its way out needs its node's word, so a healthy pass lists no nodes. While the gang
+        is up, a node the cache still calls Ready is read from the API server: the node's
+        watch event may lag the pod's (policies/nodes.py `confirmed_lost`)."""
         wanted = {node for p in pods if is_terminating(p) and (node := node_of(p))}
+        wanted |= {node for p in gone if (node := node_of(p))}
         if not wanted:
             return frozenset()
         lost = lost_nodes(wanted, self.caches.list_nodes())

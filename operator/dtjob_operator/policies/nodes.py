@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from dtjob_api.status import JobPhase
-from dtjob_operator.policies.pods import Pod, is_terminating, name_of, node_of
+from dtjob_operator.policies.pods import Pod, generation_of, is_terminating, name_of, node_of
 from dtjob_operator.policies.times import parse_time
 
 OUT_OF_SERVICE_TAINT = "node.kubernetes.io/out-of-service"
@@ -57,6 +57,14 @@ def confirmed_lost(
     return frozenset(
         name for name in sorted(doubtful)[:limit] if (node := read(name)) is None or is_lost(node)
     )
+
+
+def vanished_members(gone: Iterable[Pod], pods: Iterable[Pod], generation: int) -> list[Pod]:
+    """The last states (gone_pods.py) of the members of gang `generation` that are no
+    longer there: a pod of that generation whose name no present pod bears. Those of older
+    generations were deleted by a restart, and judged then."""
+    present = {name_of(p) for p in pods}
+    return [p for p in gone if generation_of(p) == generation and name_of(p) not in present]
 
 
 def force_deletes(

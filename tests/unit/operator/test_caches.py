@@ -397,3 +397,15 @@ def test_watching_some_namespaces_the_capacity_cache_keeps_every_pod() -> None:
     # A job pod of another installation's namespace holds room this one must count.
     watch(caches.unfinished_pods, "ADDED", running("elsewhere-worker-0", "1"))
     assert {p["metadata"]["name"] for p in caches.list_all_pods()} == {"elsewhere-worker-0"}
+
+
+def test_a_deleted_job_pod_leaves_its_last_state_behind() -> None:
+    caches, informer = caches_with(LiveApi())
+    informer._on_change = caches.note_gone
+    gone = {**pod("j-worker-1", "2"), "spec": {"nodeName": "dead"}}
+    watch(informer, "ADDED", pod("j-worker-0", "1"))
+    watch(informer, "MODIFIED", pod("j-worker-0", "3"))
+    assert caches.gone_pods.of("ns", "j") == []  # nothing gone yet
+    watch(informer, "DELETED", gone)
+    assert [p["spec"]["nodeName"] for p in caches.gone_pods.of("ns", "j")] == ["dead"]
+    assert caches.gone_pods.of("ns", "other") == []

@@ -315,6 +315,38 @@ def test_member_lost_with_its_node_restarts_without_counting() -> None:
     assert p.status["countedRestarts"] == 0
 
 
+def _vanished(lost: set[str], gone: PodBuilder, *observed: PodBuilder, now: float) -> Plan:
+    """A member force-deleted before any pass saw it terminate: only its last state is left."""
+    return plan(
+        Observed(
+            job=RUNNING.obj(),
+            pods=pods(*observed),
+            gone_pods=pods(gone),
+            children=SUPPORT,
+            now=at(now),
+            lost_nodes=lost,
+        ),
+        SETTINGS,
+    )
+
+
+def test_member_force_deleted_off_a_lost_node_restarts_without_counting() -> None:
+    gone = ready(1).terminating(30).on_node("dead")
+    p = _vanished({"dead"}, gone, ready(0).on_node("ok"), now=31)
+    assert (p.status["phase"], p.status["countedRestarts"]) == ("Restarting", 0)
+    assert condition(p, "Restarting")["reason"] == "Disrupted"
+    assert "node lost" in condition(p, "Restarting")["message"]
+    # Evicted (DisruptionTarget) and gone at once: a disruption too, wherever it ran.
+    p = _vanished(set(), ready(1).disrupted().on_node("ok"), ready(0).on_node("ok"), now=31)
+    assert (p.status["restarts"], p.status["countedRestarts"]) == (1, 0)
+    # Gone from a healthy node without a disruption (a user's delete): a counted failure.
+    p = _vanished(set(), ready(1).on_node("ok"), ready(0).on_node("ok"), now=31)
+    assert (p.status["restarts"], p.status["countedRestarts"]) == (1, 1)
+    # The last state of an older generation is never this gang's member: counted as well.
+    p = _vanished({"dead"}, w(1, 5).on_node("dead"), ready(0).on_node("ok"), now=31)
+    assert (p.status["restarts"], p.status["countedRestarts"]) == (1, 1)
+
+
 def test_child_conflict_waits_without_restarting_the_gang() -> None:
     from dtjob_operator.policies.ownership import ownership_conflict
 
