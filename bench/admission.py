@@ -34,7 +34,8 @@ sys.path.insert(0, str(TOP / "tests"))
 sys.path.insert(0, str(TOP / "operator"))
 sys.path.insert(0, str(TOP / "api"))
 
-from dtjob_operator.admission.controller import AdmissionBook, AdmissionController  # noqa: E402
+from dtjob_operator.admission.book import AdmissionBook  # noqa: E402
+from dtjob_operator.admission.controller import AdmissionController  # noqa: E402
 from dtjob_operator.admission.decide import decide  # noqa: E402
 from dtjob_operator.admission.snapshot import (  # noqa: E402
     build_snapshot,

@@ -319,7 +319,7 @@ class Sim:
         t0 = time.perf_counter()
         decisions = decide(snap, preemption=self.preemption)
         self.pass_seconds.append(time.perf_counter() - t0)
-        # What the AdmissionBook keeps (controller.AdmissionBook.record).
+        # What the AdmissionBook keeps (book.AdmissionBook.record).
         self.growable_since = {uid: self.growable_since.get(uid, now) for uid in decisions.growable}
         for uid, where in decisions.placements.items():
             self.kept.setdefault(uid, {}).update(where)

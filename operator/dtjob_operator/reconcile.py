@@ -26,7 +26,8 @@ from kubernetes.client.exceptions import ApiException
 from dtjob_api.spec import DNS1123_SUBDOMAIN
 from dtjob_api.status import TERMINAL_PHASES, JobPhase
 from dtjob_operator import lifecycle
-from dtjob_operator.admission.controller import AdmissionBook, AdmissionController
+from dtjob_operator.admission.book import AdmissionBook
+from dtjob_operator.admission.controller import AdmissionController
 from dtjob_operator.caches import Caches
 from dtjob_operator.children import ChildCreator
 from dtjob_operator.constants import (

@@ -452,7 +452,7 @@ def test_timestamps_sort_as_strings() -> None:
 
 
 def test_book_forget_drops_entries_of_earlier_passes_only() -> None:
-    from dtjob_operator.admission.controller import AdmissionBook
+    from dtjob_operator.admission.book import AdmissionBook
     from dtjob_operator.admission.decide import Decisions, Verdict
     from dtjob_operator.constants import REASON_ADMITTED
 
@@ -466,7 +466,7 @@ def test_book_forget_drops_entries_of_earlier_passes_only() -> None:
 
 
 def test_book_clear_drops_every_verdict_and_passes_begun_before_it() -> None:
-    from dtjob_operator.admission.controller import AdmissionBook
+    from dtjob_operator.admission.book import AdmissionBook
     from dtjob_operator.admission.decide import Decisions, Verdict
     from dtjob_operator.constants import REASON_ADMITTED
 

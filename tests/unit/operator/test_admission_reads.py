@@ -10,7 +10,8 @@ from typing import Any
 
 from unit.operator.builders import a_job
 
-from dtjob_operator.admission.controller import AdmissionBook, AdmissionController
+from dtjob_operator.admission.book import AdmissionBook
+from dtjob_operator.admission.controller import AdmissionController
 from dtjob_operator.admission.resources import pod_requests
 from dtjob_operator.metrics import OperatorMetrics
 from dtjob_operator.settings import OperatorSettings

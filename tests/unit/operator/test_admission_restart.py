@@ -9,7 +9,7 @@ from typing import Any
 from unit.operator.builders import T0, a_job, a_pod, at, pods
 from unit.operator.test_admission import node, snapshot, view
 
-from dtjob_operator.admission.controller import AdmissionBook
+from dtjob_operator.admission.book import AdmissionBook
 from dtjob_operator.admission.decide import Decisions, decide
 from dtjob_operator.admission.snapshot import build_snapshot, gang_pods, is_admitted
 from dtjob_operator.constants import REASON_INADMISSIBLE, REASON_WAITING_FOR_ADMISSION
