@@ -48,6 +48,14 @@ WHY_OVER = {
         "a container killed mid-run: a gang restart in containers and a resume from the PVC "
         "checkpoint, 300 steps at 250m CPU a pod"
     ),
+    "tests.unit.trainer.test_speed_tensor_parallel::test_compiled_split": (
+        "on a cold Inductor cache (a new machine) every rank compiles its graphs with gcc; "
+        "warm, seconds"
+    ),
+    "tests.unit.trainer.test_speed_pipelines::test_compiled_stages": (
+        "on a cold Inductor cache (a new machine) every rank compiles its graphs with gcc; "
+        "warm, seconds"
+    ),
 }
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 from unit.trainer.forkserver import ForkedLaunch
 
@@ -132,6 +133,13 @@ def finish(
     output, _ = proc.communicate(timeout=timeout)
     loaded = torch.load(result, weights_only=False) if result.exists() else None
     return Outcome(proc.returncode, output, loaded, ckpt)
+
+
+# A compiled run on a cold Inductor cache (a new machine) compiles every graph with gcc in
+# each rank: on a fresh 2-core machine under the other CI lanes' load one such job took over
+# 240 s (2026-11-27); warm, the same job takes seconds.
+COMPILE_SECONDS = 540
+COMPILE_TIMEOUT = pytest.mark.timeout(COMPILE_SECONDS + 60)
 
 
 def launch(

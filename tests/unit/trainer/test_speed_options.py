@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 from torch import nn
-from unit.trainer.harness import a_spec, launch
+from unit.trainer.harness import COMPILE_SECONDS, COMPILE_TIMEOUT, a_spec, launch
 from unit.trainer.reference import assert_losses_close, assert_params_close, reference_run
 
 from dtjob_api.spec import OptimizerSpec
@@ -125,11 +125,12 @@ def test_activation_checkpointing_equals_single_process(name: str, tmp_path: Pat
     assert_params_close(out.result["params"], ref.params, "fp64")
 
 
+@COMPILE_TIMEOUT
 def test_compiled_and_checkpointed_cpu_offload_trains_like_one_process(tmp_path: Path) -> None:
     # FSDP2 with CPUOffloadPolicy over 2 ranks, every block checkpointed and compiled
     # (inductor on the CPU): within rounding of single-process eager training.
     spec = a_spec("CPUOffload", steps=6, compile=True, activationCheckpointing=True)
-    out = launch(spec, tmp_path)
+    out = launch(spec, tmp_path, timeout=COMPILE_SECONDS)
     assert out.rc == 0, out.output
     assert "model blocks: activation checkpointing + torch.compile" in out.output
     assert out.result is not None

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 from torch import nn
-from unit.trainer.harness import a_spec, launch
+from unit.trainer.harness import COMPILE_SECONDS, COMPILE_TIMEOUT, a_spec, launch
 from unit.trainer.ranks import run_ranks, strategy_context
 from unit.trainer.reference import assert_losses_close, assert_params_close, reference_run
 
@@ -45,7 +45,7 @@ def run_and_reference(spec: dict[str, Any], tmp_path: Path) -> tuple[Any, Any]:
         ("torch.compile", "compile"),
     ]
     logged = " + ".join(words for words, field in options if t.get(field))
-    out = launch(spec, tmp_path)
+    out = launch(spec, tmp_path, timeout=COMPILE_SECONDS if t.get("compile") else 240)
     assert out.rc == 0, out.output
     assert f"model blocks: {logged}\n" in out.output
     assert out.result is not None
@@ -120,6 +120,7 @@ COMPILED = {
 
 
 @pytest.mark.parametrize("name", list(COMPILED))
+@COMPILE_TIMEOUT
 def test_compiled_stages_train_like_eager_ones(name: str, tmp_path: Path) -> None:
     # Inductor on the CPU, blocks compiled before the model is cut into stages: within
     # rounding of single-process eager training (the tolerance of the CPUOffload test).

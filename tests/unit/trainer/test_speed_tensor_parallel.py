@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import torch
+from unit.trainer.harness import COMPILE_TIMEOUT
 from unit.trainer.reference import assert_losses_close, assert_params_close
 from unit.trainer.test_pipeline_tp import ADAM, spec_3d
 from unit.trainer.test_speed_pipelines import run_and_reference
@@ -34,6 +35,7 @@ def test_checkpointed_split_blocks_train_exactly_like_plain_ones(
     assert_params_close(result["params"], ref.params, "fp64")
 
 
+@COMPILE_TIMEOUT
 @pytest.mark.parametrize("strategy", ["TensorParallel", "Pipeline"])
 def test_compiled_split_blocks_train_like_eager_ones(strategy: str, tmp_path: Path) -> None:
     spec = split(strategy, compile=True, activationCheckpointing=strategy == "Pipeline")
