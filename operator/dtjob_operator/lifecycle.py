@@ -77,13 +77,12 @@ from dtjob_operator.constants import (
     REASON_PODS_READY,
     REASON_PODS_READY_TIMEOUT,
     REASON_PREEMPTED,
-    REASON_RESIZED,
     REASON_RESUMED,
     REASON_SUSPENDED,
     REASON_WAITING_FOR_ADMISSION,
     STATUS_TRUE,
 )
-from dtjob_operator.plan_state import PlanState
+from dtjob_operator.plan_elastic import ElasticSteps
 from dtjob_operator.plan_types import Event, Observed, Plan
 from dtjob_operator.policies.backoff import restart_delay, restart_not_before
 from dtjob_operator.policies.clean_pod_policy import pods_to_clean
@@ -130,7 +129,7 @@ def plan(observed: Observed, settings: OperatorSettings) -> Plan:
     return _Planner(observed, settings).run()
 
 
-class _Planner(PlanState):
+class _Planner(ElasticSteps):
     """One planning pass: the decisions, top to bottom, over PlanState's toolkit."""
 
     # -- the decision, top to bottom -----------------------------------------------------
@@ -234,45 +233,6 @@ class _Planner(PlanState):
         self._condition(CONDITION_ADMITTED, False, REASON_PREEMPTED, message)
         self._event(EVENT_WARNING, REASON_PREEMPTED, message)
         self.admission["preemptions"] = int(self.admission.get("preemptions") or 0) + 1
-        self.gang = []
-        self.requeue.append(self.settings.resync_seconds)
-        return self._render()
-
-    def _resizable(self, size: int) -> bool:
-        """A running gang of another size than `size`, not being created or restarted."""
-        worker = self.spec.roles.worker if self.spec else None
-        return (
-            worker is not None
-            and size != worker.replicas
-            and self.prior_phase == JobPhase.RUNNING
-            and bool(self.gang)
-        )
-
-    def _failure_restarts(self) -> int:
-        """Gang restarts the failure backoff counts: resizes are not failures, and five of
-        them must not make the first real failure wait 2^5 backoffs."""
-        return self.restarts - int(self.elastic.get("resizes") or 0)
-
-    def _resize(self, size: int, why: str) -> Plan:
-        """An elastic job resized by the admission: like a gang restart that is no failure.
-        The pods get SIGTERM (a checkpoint), the next generation is created at `size` once
-        they are gone and a pass has checked it still fits, and it resumes there. Neither
-        restart count nor backoffLimit is charged beyond the generation."""
-        worker = self.spec.roles.worker if self.spec else None
-        was = worker.replicas if worker else 0
-        message = f"{why}: the gang restarts with {size} workers (was {was}) from its checkpoint"
-        self.restarts += 1  # a new generation of pods; countedRestarts stays
-        self.elastic.update(
-            replicas=size,
-            resizes=int(self.elastic.get("resizes") or 0) + 1,
-            lastResizeTime=format_time(self.now),
-            lastResizeReason=why,
-        )
-        self.phase = JobPhase.RESTARTING
-        self._condition(CONDITION_RESTARTING, True, REASON_RESIZED, message)
-        self._condition(CONDITION_RUNNING, False, REASON_RESIZED, message)
-        self._event(EVENT_NORMAL, REASON_RESIZED, message)
-        self.delete.update(live_names(self.o.pods))
         self.gang = []
         self.requeue.append(self.settings.resync_seconds)
         return self._render()
@@ -404,22 +364,6 @@ class _Planner(PlanState):
             self._say_why_not_ready(ready, total)
         self._requeue_while_active()
         return self._render()
-
-    def _record_size(self) -> None:
-        """status.elastic of an elastic job: the worker pods of the gang it was admitted
-        with (built from this size), and its bounds."""
-        spec = self.spec
-        if spec is None or spec.roles.worker is None:
-            return
-        declared = (self.job.declared or spec).roles.worker
-        if declared is None or declared.minReplicas is None:
-            return
-        self.elastic.update(
-            replicas=spec.roles.worker.replicas,
-            minReplicas=declared.minReplicas,
-            maxReplicas=declared.replicas,
-        )
-        self.elastic.setdefault("resizes", 0)
 
     def _start_gang(self, policy: RunPolicy) -> Plan:
         if not self.o.admitted:

@@ -33,8 +33,8 @@ from dtjob_operator.policies.checkpoint_storage import StorageVerdict, judge_che
 from dtjob_operator.policies.create_errors import CONFLICT, CreateError
 from dtjob_operator.policies.deadline import deadline_of
 from dtjob_operator.policies.finished import lenient_run_policy
-from dtjob_operator.policies.nodes import force_deletes
-from dtjob_operator.policies.pods import Pod, generation_of, name_of, node_of
+from dtjob_operator.policies.nodes import force_deletes, vanished_members
+from dtjob_operator.policies.pods import Pod, name_of, node_of
 from dtjob_operator.policies.times import parse_time, seconds_until
 from dtjob_operator.policies.waiting import why_not_running
 from dtjob_operator.settings import OperatorSettings
@@ -169,8 +169,9 @@ class PlanState:
         return {name_of(p) for p in pods if node_of(p) in self.o.lost_nodes}
 
     def _gone_members(self) -> list[Pod]:
-        """The last states of this generation's vanished members (Observed.gone_pods)."""
-        return [p for p in self.o.gone_pods if generation_of(p) == self.restarts]
+        """The last states of this generation's vanished members (Observed.gone_pods; the
+        reconcile picked them by the same rule, which holds here for any caller)."""
+        return vanished_members(self.o.gone_pods, self.o.pods, self.restarts)
 
     def _force_deletes(self) -> list[str]:
         """Pods stuck terminating on a lost node, due now (policies/nodes.py); a look again

@@ -47,16 +47,10 @@ from dtjob_operator.kueue.verdict import Placement
 from dtjob_operator.kueue.workload import queue_of
 from dtjob_operator.metrics import OperatorMetrics
 from dtjob_operator.naming import progress_config_map_name
-from dtjob_operator.policies.nodes import (
-    GANG_UP_PHASES,
-    confirmed_lost,
-    lost_nodes,
-    vanished_members,
-)
-from dtjob_operator.policies.pods import Pod, is_terminating, name_of, node_of
+from dtjob_operator.pod_reads import PodReads
+from dtjob_operator.policies.ownership import owned_by
 from dtjob_operator.policies.times import parse_time
 from dtjob_operator.policies.too_deep import too_deep_message, too_deep_path, too_deep_status
-from dtjob_operator.policies.waiting import pods_to_ask
 from dtjob_operator.settings import OperatorSettings
 from dtjob_operator.status import admitted_condition, admitted_in, status_patch
 from dtjob_operator.workqueue import WorkQueue
@@ -75,12 +69,6 @@ ERROR_BACKOFF_MAX = 300.0
 # While the API server cannot be reached, a retry costs one refused connect: retry often, so
 # that jobs move again within seconds of it coming back.
 UNREACHABLE_BACKOFF_MAX = 5.0
-
-
-def owned_by(obj: Obj, uid: str) -> bool:
-    """True when `obj` has an owner reference to the object with `uid`."""
-    refs = obj.get("metadata", {}).get("ownerReferences") or []
-    return any(ref.get("uid") == uid for ref in refs)
 
 
 def read_progress(job_name: str, config_maps: list[Obj]) -> dict[str, Any] | None:
@@ -159,6 +147,7 @@ class Reconciler:
         # Shared by all reconcile workers for the per-pod API calls of one gang.
         self._pool = ThreadPoolExecutor(max_workers=settings.api_concurrency)
         self.children = ChildCreator(api, metrics, self._pool, self.kill_points)
+        self.pod_reads = PodReads(api, self.caches, self._pool)
 
     # -- worker threads ---------------------------------------------------------------
 
@@ -339,17 +328,17 @@ class Reconciler:
                 self.admission.request()  # the check it waits for (timer passes may sleep)
         # Read only when named: most jobs have no claim, and the get costs a round trip.
         claim_name = checkpoint_claim_name(job)
-        gone = self._vanished(job, pods)
+        gone = self.pod_reads.vanished(job, pods)
         observed = lifecycle.Observed(
             job=job,
             pods=pods,
             gone_pods=gone,
-            lost_nodes=self._lost_nodes(job, pods, gone),
+            lost_nodes=self.pod_reads.lost_nodes(job, pods, gone),
             children=existing,
             progress=read_progress(name, config_maps),
             now=datetime.now(UTC),
             checkpoint_claim=self.api.get_pvc(namespace, claim_name) if claim_name else None,
-            pod_events=self._pod_events(job, pods),
+            pod_events=self.pod_reads.events(job, pods),
             placements=placements,
             **admission,
         )
@@ -437,56 +426,6 @@ class Reconciler:
             self.caches.wrote_job(namespace, name, None)
             raise
         self.caches.wrote_job(namespace, name, version)
-
-    def _vanished(self, job: Obj, pods: list[Obj]) -> list[Pod]:
-        """While the gang is up, the last states of its members that are gone without the
-        reconcile having seen them go (gone_pods.py); none in nearly every pass."""
-        status = job.get("status") or {}
-        if status.get("phase") not in GANG_UP_PHASES:
-            return []
-        meta = job["metadata"]
-        gone = self.caches.gone_pods.of(meta["namespace"], meta["name"])
-        mine = [p for p in gone if owned_by(p, meta["uid"])]
-        vanished = vanished_members(mine, pods, int(status.get("restarts") or 0))
-        for pod in vanished:
-            log.info("%s/%s: member %s vanished unseen; judged by its last state (node %s)",
-                     meta["namespace"], meta["name"], name_of(pod), node_of(pod))  # fmt: skip
-        return vanished
-
-    def _lost_nodes(self, job: Obj, pods: list[Obj], gone: list[Pod]) -> frozenset[str]:
-        """Lost nodes among those of the job's terminating or vanished pods: only a pod on
-        its way out needs its node's word, so a healthy pass lists no nodes. While the gang
-        is up, a node the cache still calls Ready is read from the API server: the node's
-        watch event may lag the pod's (policies/nodes.py `confirmed_lost`)."""
-        wanted = {node for p in pods if is_terminating(p) and (node := node_of(p))}
-        wanted |= {node for p in gone if (node := node_of(p))}
-        if not wanted:
-            return frozenset()
-        lost = lost_nodes(wanted, self.caches.list_nodes())
-        if (job.get("status") or {}).get("phase") not in GANG_UP_PHASES:
-            return lost
-        return lost | confirmed_lost(wanted - lost, self.api.get_node)
-
-    def _pod_events(self, job: Obj, pods: list[Obj]) -> dict[str, list[Obj]]:
-        """The Events of the gang's pods that hang in ContainerCreating: a volume that cannot
-        be mounted or attached is said only there. One list per such pod (concurrently);
-        none at all in a pass where no pod waits so, which is nearly every pass."""
-        names = pods_to_ask(job, pods)
-        if not names:
-            return {}
-        namespace = job["metadata"]["namespace"]
-        uids = {name_of(p): p["metadata"].get("uid") for p in pods}
-        try:
-            found = self._pool.map(
-                lambda n: self.api.list_pod_events(namespace, n, uids.get(n)), names
-            )
-            return dict(zip(names, found, strict=True))
-        except ApiException as exc:
-            # Only the answer to "why" is lost (e.g. a chart without events list): the job
-            # still shows PodsNotReady, and the pass goes on.
-            log.warning("listing events of %s/%s's pods refused: %s %s",
-                        namespace, job["metadata"]["name"], exc.status, exc.reason)  # fmt: skip
-            return {}
 
     def _fail_too_deep(self, job: Obj, path: str) -> None:
         """Mark a job too deeply nested to plan as Failed (InvalidSpec), once, and skip it.

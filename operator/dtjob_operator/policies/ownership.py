@@ -22,6 +22,12 @@ from dtjob_operator.policies.create_errors import CreateError
 ALREADY_EXISTS = 409
 
 
+def owned_by(obj: Mapping[str, Any], uid: str) -> bool:
+    """True when `obj` has an owner reference to the object with `uid`."""
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return any(ref.get("uid") == uid for ref in refs)
+
+
 def ownership_conflict(
     existing: Mapping[str, Any] | None, kind: str, name: str, job_name: str, job_uid: str
 ) -> CreateError | None:
@@ -30,9 +36,9 @@ def ownership_conflict(
     if existing is None:
         message = f"{kind} {name} was in the way of its create and is gone now; creating it again"
         return CreateError(kind, name, ALREADY_EXISTS, "AlreadyExists", message)
-    refs = (existing.get("metadata") or {}).get("ownerReferences") or []
-    if any(ref.get("uid") == job_uid for ref in refs):
+    if owned_by(existing, job_uid):
         return None
+    refs = (existing.get("metadata") or {}).get("ownerReferences") or []
     earlier = [r for r in refs if r.get("kind") == KIND and r.get("name") == job_name]
     if earlier:
         message = (

@@ -98,6 +98,17 @@ def gang_state(cluster, namespace: str, name: str, nodes: list[str]) -> str:  # 
     return f"job {st.get('phase')} {said} {conds}; pods {pods}; nodes Ready {ready}"
 
 
+def wait_fresh_gang(cluster, namespace, name, old, nodes, timeout, where):  # type: ignore[no-untyped-def]
+    """Both pods of a gang other than the `old` pod uids running; a timeout says the job's,
+    pods' and nodes' state."""
+    return wait_for(
+        lambda: fresh_gang_running(cluster, namespace, name, old, 2),
+        timeout=timeout,
+        what=f"a fresh gang running {where}",
+        explain=lambda: gang_state(cluster, namespace, name, nodes),
+    )
+
+
 def test_evicted_pod_restarts_the_gang_without_consuming_backoff_limit(cluster, namespace) -> None:
     core = cluster.core
     name = unique("evict")
@@ -161,12 +172,7 @@ def test_pod_stuck_terminating_on_a_dead_node_does_not_freeze_the_job(cluster, n
         core.delete_namespaced_pod(victim.metadata.name, namespace, grace_period_seconds=5)
         deleted_at = time.monotonic()
         old = {p.metadata.uid for p in before}
-        fresh = wait_for(
-            lambda: fresh_gang_running(cluster, namespace, name, old, 2),
-            timeout=120,
-            what="a fresh gang running on the live nodes",
-            explain=lambda: gang_state(cluster, namespace, name, nodes),
-        )
+        fresh = wait_fresh_gang(cluster, namespace, name, old, nodes, 120, "on the live nodes")
         assert dead not in {p.spec.node_name for p in fresh}
         st = wait_phase(cluster.api, namespace, name, "Running")
         took = time.monotonic() - deleted_at
@@ -190,12 +196,7 @@ def test_pod_stuck_terminating_on_a_dead_node_does_not_freeze_the_job(cluster, n
         set_node_ready(core, victim.spec.node_name, False)
         core.delete_namespaced_pod(victim.metadata.name, namespace, grace_period_seconds=0)
         old = {p.metadata.uid for p in fresh}
-        again = wait_for(
-            lambda: fresh_gang_running(cluster, namespace, name, old, 2),
-            timeout=60,
-            what="a fresh gang after the force-delete",
-            explain=lambda: gang_state(cluster, namespace, name, nodes),
-        )
+        again = wait_fresh_gang(cluster, namespace, name, old, nodes, 60, "after the force-delete")
         assert not {dead, victim.spec.node_name} & {p.spec.node_name for p in again}
         st = wait_phase(cluster.api, namespace, name, "Running")
         assert (st["restarts"], st["countedRestarts"]) == (2, 0)

@@ -7,6 +7,7 @@ from typing import Any
 
 from dtjob_operator.gone_pods import GonePods
 from dtjob_operator.policies.nodes import vanished_members
+from helpers.clock import FakeClock
 
 
 def pod(name: str, node: str = "n1", ns: str = "team", generation: int = 0) -> dict[str, Any]:
@@ -20,16 +21,8 @@ def pod(name: str, node: str = "n1", ns: str = "team", generation: int = 0) -> d
     }
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_kept_by_job_newest_state_first_forgotten_after_a_while() -> None:
-    clock = Clock()
+    clock = FakeClock()
     gone = GonePods(keep_seconds=60, clock=clock)
     gone.record("a", pod("a-worker-0", node="n1"))
     gone.record("b", pod("b-worker-0"))
@@ -46,7 +39,7 @@ def test_kept_by_job_newest_state_first_forgotten_after_a_while() -> None:
 
 
 def test_bounded_the_oldest_forgotten_first() -> None:
-    gone = GonePods(max_pods=3, clock=Clock())
+    gone = GonePods(max_pods=3, clock=FakeClock())
     for i in range(5):
         gone.record("a", pod(f"a-worker-{i}"))
     assert sorted(p["metadata"]["name"] for p in gone.of("team", "a")) == [

@@ -15,18 +15,11 @@ from dtjob_operator.health import Heartbeats, Verdict, serve_liveness
 from dtjob_operator.metrics import OperatorMetrics
 from dtjob_operator.reconcile import Reconciler
 from dtjob_operator.settings import OperatorSettings
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from helpers.clock import FakeClock
 
 
 def test_idle_workers_are_alive_and_a_long_reconcile_is_not() -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     beats = Heartbeats(clock)
     clock.now += 1000  # idle for ages, loop beating
     beats.loop_beat()
@@ -44,7 +37,7 @@ def test_idle_workers_are_alive_and_a_long_reconcile_is_not() -> None:
 
 
 def test_a_silent_watch_loop_is_not_alive() -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     beats = Heartbeats(clock)
     clock.now += 61
     verdict = beats.verdict(300, 60)
@@ -104,7 +97,7 @@ def test_other_paths_are_not_found() -> None:
 
 
 def test_ready_once_workers_run_and_kopfs_loop_beats_until_it_falls_silent() -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     beats = Heartbeats(clock)
     verdict = beats.readiness(60)
     assert not verdict.alive and "workers" in verdict.reason

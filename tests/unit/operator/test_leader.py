@@ -8,16 +8,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dtjob_operator.leader import LeaderElector, LeaseObserver
+from helpers.clock import FakeClock
 
 LEASE = 15.0
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class LeaseStore:
@@ -50,7 +43,7 @@ class LeaseStore:
         self.lease["metadata"]["resourceVersion"] = str(self.rv)
 
 
-def elector(store: LeaseStore, name: str, clock: Clock, wall: datetime) -> LeaderElector:
+def elector(store: LeaseStore, name: str, clock: FakeClock, wall: datetime) -> LeaderElector:
     return LeaderElector(
         store,  # type: ignore[arg-type]
         "ops",
@@ -63,7 +56,7 @@ def elector(store: LeaseStore, name: str, clock: Clock, wall: datetime) -> Leade
 
 
 def test_observer_restarts_its_timer_only_when_the_record_changes() -> None:
-    clock = Clock()
+    clock = FakeClock(1000.0)
     seen = LeaseObserver(clock)
     assert not seen.expired(LEASE)  # nothing seen yet: never expired
     seen.observe({"holderIdentity": "a", "renewTime": "t1"})
@@ -77,7 +70,7 @@ def test_observer_restarts_its_timer_only_when_the_record_changes() -> None:
 
 
 def test_a_renewing_leader_whose_clock_is_an_hour_behind_keeps_the_lease() -> None:
-    store, clock = LeaseStore(), Clock()
+    store, clock = LeaseStore(), FakeClock(1000.0)
     now = datetime(2026, 1, 1, tzinfo=UTC)
     a = elector(store, "a", clock, now - timedelta(hours=1))  # renewTime an hour "old"
     b = elector(store, "b", clock, now)
@@ -92,7 +85,7 @@ def test_a_renewing_leader_whose_clock_is_an_hour_behind_keeps_the_lease() -> No
 
 
 def test_a_silent_leader_whose_clock_is_an_hour_ahead_is_replaced_after_one_duration() -> None:
-    store, clock = LeaseStore(), Clock()
+    store, clock = LeaseStore(), FakeClock(1000.0)
     now = datetime(2026, 1, 1, tzinfo=UTC)
     a = elector(store, "a", clock, now + timedelta(hours=1))  # renewTime in "the future"
     b = elector(store, "b", clock, now)
@@ -109,7 +102,7 @@ def test_a_silent_leader_whose_clock_is_an_hour_ahead_is_replaced_after_one_dura
 
 
 def test_the_leader_stops_acting_before_anyone_may_take_over() -> None:
-    store, clock = LeaseStore(), Clock()
+    store, clock = LeaseStore(), FakeClock(1000.0)
     a = elector(store, "a", clock, datetime(2026, 1, 1, tzinfo=UTC))
     stopped: list[str] = []
     a.on_stopped_leading = lambda: stopped.append("a")
@@ -123,7 +116,7 @@ def test_the_leader_stops_acting_before_anyone_may_take_over() -> None:
 
 
 def test_a_replica_that_lost_a_renewal_race_does_not_lead() -> None:
-    store, clock = LeaseStore(), Clock()
+    store, clock = LeaseStore(), FakeClock(1000.0)
     a = elector(store, "a", clock, datetime(2026, 1, 1, tzinfo=UTC))
     assert a.round()
     original = store.replace_lease

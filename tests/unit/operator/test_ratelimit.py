@@ -7,17 +7,7 @@ import threading
 import pytest
 
 from dtjob_operator.ratelimit import TokenBucket
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
+from helpers.clock import FakeClock
 
 
 def test_a_burst_goes_out_at_once_then_requests_are_spaced_at_qps() -> None:

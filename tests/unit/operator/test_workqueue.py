@@ -3,14 +3,7 @@
 import threading
 
 from dtjob_operator.workqueue import WorkQueue
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from helpers.clock import FakeClock
 
 
 def test_duplicate_adds_collapse_into_one_item() -> None:
