@@ -8,6 +8,9 @@ from datetime import timedelta
 from dtjob_api.run_policy import ElasticPolicy
 from dtjob_client.jobs import Job, parse_time
 
+# How the operator's Admitted condition begins when Kueue admitted the job (kueue/verdict.py).
+KUEUE_ADMITTED = "admitted by Kueue"
+
 
 def growth_note(job: Job) -> str | None:
     """One line for `kubectl dtj why`; None for any other job."""
@@ -17,6 +20,12 @@ def growth_note(job: Job) -> str | None:
     if not 0 < said.replicas < said.maxReplicas:
         return None
     head = f"runs at {said.replicas} of at most {said.maxReplicas} workers"
+    admitted = next((c for c in st.conditions if c.type == "Admitted"), None)
+    if admitted is not None and admitted.message.startswith(KUEUE_ADMITTED):
+        return (
+            f"{head}, as Kueue admitted it (partial admission); it keeps that size until "
+            "Kueue evicts it and admits it again: Kueue-admitted jobs do not grow"
+        )
     if not spec.checkpoint.claimName:
         return (
             f"{head}; it does not grow without spec.checkpoint.claimName: a resize restarts "

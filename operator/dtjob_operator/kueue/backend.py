@@ -9,8 +9,9 @@ Built: create (priority from the pods' PriorityClass), wait with Kueue's message
 with the flavors' placement, PodsReady, stop an evicted gang and, once its pods are gone,
 hand the quota back (the admission cleared, as Kueue's job integrations do), spec.suspend
 as the Workload's spec.active, Finished, priority from a WorkloadPriorityClass, topology
-(gated pods that Kueue's ungater places in rank order). Not yet (docs/kueue.md): partial
-admission, a Workload cache and watch (it is read per reconcile).
+(gated pods that Kueue's ungater places in rank order), partial admission of an elastic job
+(the gang built at the count Kueue admitted). Not yet (docs/kueue.md): workload slices (a
+Kueue-admitted elastic job does not grow), a Workload cache (it is read per reconcile).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 
 from dtjob_api.status import TERMINAL_PHASES, JobPhase
 from dtjob_operator.builders import Job
+from dtjob_operator.builders.job import FULL_SIZE
 from dtjob_operator.constants import (
     LABEL_POD_SET_INDEX,
     REASON_NO_LOCAL_QUEUE,
@@ -31,6 +33,7 @@ from dtjob_operator.k8s import KubeApi
 from dtjob_operator.kueue.verdict import (
     Placement,
     PlacementConflict,
+    admitted_counts,
     admitted_message,
     condition,
     flavors_of,
@@ -111,7 +114,10 @@ class KueueBackend:
             priority = self._priority(job_obj, job)
             if isinstance(priority, str):
                 return self._waiting(priority), {}
-            body = build_workload(job, queue, self.settings, priority)
+            # At its maximum: an elastic job's status may hold the size of an earlier
+            # admission, and Kueue's partial admission picks the size from minCount up.
+            full = Job.from_object(job_obj, size=FULL_SIZE)
+            body = build_workload(full, queue, self.settings, priority)
             created = self.api.create_workload(body)
             if created:
                 log.info("created Workload %s/%s in LocalQueue %s", job.namespace, name, queue)
@@ -137,9 +143,15 @@ class KueueBackend:
                 f", ClusterQueue {said.cluster_queue}" if said.cluster_queue else ""
             )
             return self._waiting(f"Kueue ({where}): {said.waiting}"), {}
+        admitted: dict[str, Any] = {
+            "admitted": True, "admitted_message": admitted_message(workload)
+        }  # fmt: skip
+        size = self._elastic_size(job_obj, workload)
+        if size is not None:  # the gang is built at the workers Kueue admitted
+            job = Job.from_object(job_obj, size=size)
+            admitted["elastic_size"] = size
         sets = pod_sets(job, self.settings)
         present = {str(p.get("metadata", {}).get("name")) for p in pods}
-        admitted = {"admitted": True, "admitted_message": admitted_message(workload)}
         if all(pod in present for s in sets for pod in s.pods):
             return admitted, {}  # nothing to place: no flavor to read
         flavors = {f: (self.api.get_resource_flavor(f) or {}).get("spec") or {}
@@ -154,6 +166,15 @@ class KueueBackend:
             for index, pod in enumerate(pod_set.pods)
         }  # fmt: skip
         return admitted, by_pod
+
+    @staticmethod
+    def _elastic_size(job_obj: Obj, workload: Obj) -> int | None:
+        """An elastic job's workers as Kueue admitted them: its maximum, or fewer (no fewer
+        than minReplicas) where Kueue admitted it partially."""
+        worker = ((job_obj.get("spec") or {}).get("roles") or {}).get("worker") or {}
+        if worker.get("minReplicas") is None:
+            return None
+        return admitted_counts(workload).get("worker")
 
     def _priority(self, job_obj: Obj, job: Job) -> Priority | str | None:
         """The Workload's priority as Kueue's integrations derive it (jobframework

@@ -105,6 +105,25 @@ def flavors_of(workload: Mapping[str, Any]) -> set[str]:
     return {f for a in assignments for f in (a.get("flavors") or {}).values()}
 
 
+def admitted_counts(workload: Mapping[str, Any]) -> dict[str, int]:
+    """podSet -> the pods Kueue admitted: fewer than the podSet's count where it admitted
+    partially (a podSet with minCount), else its count (also where an assignment from an
+    older Kueue has none)."""
+    asked = _asked(workload)
+    admission = (workload.get("status") or {}).get("admission") or {}
+    out = {}
+    for assignment in admission.get("podSetAssignments") or []:
+        name = str(assignment.get("name"))
+        count = assignment.get("count")
+        out[name] = int(count) if isinstance(count, int) else asked.get(name, 0)
+    return out
+
+
+def _asked(workload: Mapping[str, Any]) -> dict[str, int]:
+    return {str(p.get("name")): int(p.get("count") or 0)
+            for p in (workload.get("spec") or {}).get("podSets") or []}  # fmt: skip
+
+
 def admitted_message(workload: Mapping[str, Any]) -> str:
     """What the job's Admitted condition says Kueue decided: the ClusterQueue, and each
     podSet's flavors (a user never has to read the Workload to know where the gang goes)."""
@@ -116,6 +135,10 @@ def admitted_message(workload: Mapping[str, Any]) -> str:
             parts.append(f"{assignment.get('name')}={'+'.join(flavors)}")
     where = f"ClusterQueue {admission.get('clusterQueue') or '?'}"
     said = f"admitted by Kueue in {where}" + (f", flavors {', '.join(parts)}" if parts else "")
+    asked = _asked(workload)
+    for pod_set, count in admitted_counts(workload).items():
+        if count < asked.get(pod_set, count):
+            said += f"; {pod_set} partially admitted: {count} of {asked[pod_set]} pods"
     for pod_set, domains in topology_domains(workload).items():
         placed = ", ".join(f"{d} x{n}" for d, n in domains)
         said += f"; {pod_set} placed by topology on {placed}"

@@ -7,6 +7,11 @@ make, so Kueue counts exactly the requests the gang will carry, extended resourc
 init containers included, and matches flavors against the same nodeSelector, affinity and
 tolerations. What varies with the gang generation or the rank (env, labels, names) is left
 out: the Workload must stay the same across gang restarts.
+
+An elastic job's Workload is built at its maximum, whatever size it runs at, and its worker
+podSet carries `minCount: minReplicas`: Kueue's partial admission (feature gate
+PartialAdmission, on by default) then admits it at the most workers that fit, no fewer than
+the minimum, and the gang is built at that count (docs/kueue.md, "Elastic jobs").
 """
 
 from __future__ import annotations
@@ -130,11 +135,21 @@ def topology_request(job: Job, sets: list[PodSet], pod_set: PodSet) -> dict[str,
     return request
 
 
+def min_count(job: Job, pod_set: PodSet) -> int | None:
+    """The podSet's minCount: an elastic job's minReplicas on its worker podSet (elastic
+    jobs are workers-only gangs, so one podSet: Kueue takes minCount on at most one)."""
+    worker = (job.declared or job.spec).roles.worker
+    if pod_set.role != "worker" or worker is None or worker.minReplicas is None:
+        return None
+    return worker.minReplicas if worker.minReplicas < pod_set.count else None
+
+
 def build_workload(
     job: Job, queue: str, settings: OperatorSettings, priority: Priority | None = None
 ) -> dict[str, Any]:
-    """The Workload for `job` in LocalQueue `queue`, owned by the job (deleting the job
-    deletes it) and kept until the operator lets go of it (the finalizer)."""
+    """The Workload for `job` (built at its full size: Job.from_object(obj, FULL_SIZE)) in
+    LocalQueue `queue`, owned by the job (deleting the job deletes it) and kept until the
+    operator lets go of it (the finalizer)."""
     metadata: dict[str, Any] = {
         "name": workload_name(job),
         "namespace": job.namespace,
@@ -152,6 +167,7 @@ def build_workload(
         "podSets": [
             {"name": p.name, "count": p.count, "template": p.template,
              "topologyRequest": topology_request(job, sets, p)}
+            | ({"minCount": least} if (least := min_count(job, p)) is not None else {})
             for p in sets
         ],
     }  # fmt: skip

@@ -278,3 +278,33 @@ def test_a_job_deleted_while_admitted_gives_its_quota_back(cluster: Any, kueue: 
     )  # fmt: skip
     wait_pods_running(cluster.core, ns, second, 2, timeout=60)
     cluster.core.delete_namespace(ns)
+
+
+@pytest.mark.usefixtures("operator")
+def test_an_elastic_job_is_admitted_partially_at_what_the_queue_holds(
+    cluster: Any, kueue: Kueue
+) -> None:
+    """Kueue's partial admission: an elastic job of 1 to 4 one-GPU workers in a ClusterQueue
+    of 2 GPUs runs 2 workers (WORLD_SIZE 2), and its status and Admitted condition say so."""
+    ns = create_namespace(cluster.core, "ke")
+    team_queue(cluster, ns, gpus=2)
+    name = unique("flex")
+    job = JobBuilder(name).role("worker", 4, gpus=1, minReplicas=1).build()
+    job["metadata"]["labels"] = {QUEUE_LABEL: "team"}
+    create_job(cluster.api, ns, job)
+    pods = wait_pods_running(cluster.core, ns, name, 2)
+    env = {e.name: e.value for e in pods[0].spec.containers[0].env or []}
+    assert env["WORLD_SIZE"] == "2", env
+    st = wait_phase(cluster.api, ns, name, "Running")
+    assert (st["elastic"]["replicas"], st["elastic"]["maxReplicas"]) == (2, 4), st["elastic"]
+    admitted = next(c for c in st["conditions"] if c["type"] == "Admitted")
+    assert admitted["message"].endswith("worker partially admitted: 2 of 4 pods"), admitted
+    workload = next(
+        w for w in custom(cluster).list_namespaced_custom_object(
+            GROUP, VERSION, ns, "workloads")["items"]
+        if name in w["metadata"]["name"]
+    )  # fmt: skip
+    assert workload["spec"]["podSets"][0]["minCount"] == 1
+    assert workload["status"]["admission"]["podSetAssignments"][0]["count"] == 2
+    assert len(job_pods(cluster.core, ns, name)) == 2  # the other two are never made
+    cluster.core.delete_namespace(ns)

@@ -218,3 +218,11 @@ def test_why_says_what_a_running_elastic_job_waits_for_to_grow() -> None:
     spent = said(job(resizes=3, **claim, runPolicy={"elastic": {"maxResizes": 3}}))
     assert "it keeps that size: its 3 resizes reached runPolicy.elastic.maxResizes" in spent
     assert "runs at" not in said(job(replicas=4, **claim))
+    kueue = JobJson("flex").role("worker", 4, gpus=8, minReplicas=1).spec(**claim)
+    kueue = kueue.status(phase="Running", elastic={"replicas": 2, "minReplicas": 1,
+                                                   "maxReplicas": 4, "resizes": 0})  # fmt: skip
+    kueue = kueue.condition("Admitted", "True", "Admitted", "admitted by Kueue in ClusterQueue q")
+    assert (
+        "runs at 2 of at most 4 workers, as Kueue admitted it (partial admission); it keeps "
+        "that size until Kueue evicts it and admits it again"
+    ) in said(kueue.job())

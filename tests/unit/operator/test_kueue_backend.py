@@ -10,7 +10,7 @@ from unit.operator.builders import a_job
 
 from dtjob_operator.builders import Job
 from dtjob_operator.kueue.backend import KueueBackend
-from dtjob_operator.kueue.workload import Priority
+from dtjob_operator.kueue.workload import Priority, build_workload
 from dtjob_operator.settings import OperatorSettings
 
 
@@ -88,3 +88,36 @@ def test_a_gone_jobs_workloads_lose_only_kueues_finalizer() -> None:
     backend.let_go([a_workload("old", "u1", ours, "example.com/keep"),
                     a_workload("done", "u2"), a_workload("live", "u3", ours)], "u3")  # fmt: skip
     assert api.set == [("old", ["example.com/keep"])]
+
+
+class AdmittedApi:
+    """The API server of a job whose Workload Kueue admitted (a flavor without labels)."""
+
+    def __init__(self, workload: dict[str, Any]) -> None:
+        self.workload = workload
+
+    def get_workload(self, namespace: str, name: str) -> dict[str, Any]:
+        return self.workload
+
+    def get_resource_flavor(self, name: str) -> dict[str, Any]:
+        return {"spec": {}}
+
+
+def test_a_partially_admitted_elastic_job_runs_at_the_count_kueue_admitted() -> None:
+    obj = a_job("flex", "team-a").with_workers(4, gpus=1, minReplicas=1).obj()
+    obj["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "team"}
+    full = build_workload(Job.from_object(obj), "team", OperatorSettings())
+    assigned = {"name": "worker", "count": 2, "flavors": {"nvidia.com/gpu": "gpu"}}
+    full["status"] = {
+        "conditions": [{"type": t, "status": "True"} for t in ("QuotaReserved", "Admitted")],
+        "admission": {"clusterQueue": "gpus", "podSetAssignments": [assigned]},
+    }
+    backend = KueueBackend(AdmittedApi(full), OperatorSettings(), lambda: [])  # type: ignore[arg-type]
+    admission, placements = backend.view(obj, [])
+    assert admission["admitted"] and admission["elastic_size"] == 2
+    assert admission["admitted_message"].endswith("worker partially admitted: 2 of 4 pods")
+    assert sorted(placements) == ["flex-worker-0", "flex-worker-1"]
+    # A job that is not elastic gets no size: its gang is the spec's.
+    fixed = a_job("flex", "team-a").with_workers(2, gpus=1).obj()
+    fixed["metadata"]["labels"] = obj["metadata"]["labels"]
+    assert "elastic_size" not in backend.view(fixed, [])[0]

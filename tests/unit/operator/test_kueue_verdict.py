@@ -11,6 +11,7 @@ import pytest
 from dtjob_operator.kueue.verdict import (
     Placement,
     PlacementConflict,
+    admitted_counts,
     admitted_message,
     flavors_of,
     indexed,
@@ -63,6 +64,21 @@ def test_admitted_with_its_cluster_queue() -> None:
     assert admitted_message(workload(admission=ADMISSION)) == (
         "admitted by Kueue in ClusterQueue gpus, flavors worker=h100, ps=cpu-pool"
     )
+
+
+def test_a_partial_admission_says_how_many_pods_of_how_many() -> None:
+    partial = workload(admission={**ADMISSION, "podSetAssignments": [
+        {"name": "worker", "count": 2, "flavors": {"nvidia.com/gpu": "h100"}}]})  # fmt: skip
+    partial["spec"]["podSets"] = [{"name": "worker", "count": 4, "minCount": 1}]
+    assert admitted_counts(partial) == {"worker": 2}
+    assert admitted_message(partial) == (
+        "admitted by Kueue in ClusterQueue gpus, flavors worker=h100; "
+        "worker partially admitted: 2 of 4 pods"
+    )
+    # An assignment without a count (an older Kueue) admitted the podSet's count.
+    del partial["status"]["admission"]["podSetAssignments"][0]["count"]
+    assert admitted_counts(partial) == {"worker": 4}
+    assert "partially" not in admitted_message(partial)
 
 
 def test_an_eviction_stops_the_gang_even_while_still_admitted() -> None:

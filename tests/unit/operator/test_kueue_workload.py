@@ -7,7 +7,9 @@ from __future__ import annotations
 from unit.operator.builders import a_job
 
 from dtjob_api.spec import MAX_STAGE_GROUPS
+from dtjob_operator.builders import Job
 from dtjob_operator.builders.children import build_pods
+from dtjob_operator.builders.job import FULL_SIZE
 from dtjob_operator.kueue.workload import (
     FINALIZER,
     JOB_UID_LABEL,
@@ -110,3 +112,16 @@ def test_a_parameter_server_and_its_workers_are_packed_as_one_group() -> None:
     requests = [p["topologyRequest"] for p in build_workload(job, "q", SETTINGS)["spec"]["podSets"]]
     assert [r["preferred"] for r in requests] == ["example.com/block"] * 2
     assert [r["podSetGroupName"] for r in requests] == ["gang", "gang"]
+
+
+def test_an_elastic_job_asks_for_its_maximum_with_its_minimum_as_min_count() -> None:
+    """Kueue's partial admission picks the size from minCount up; the Workload is the job at
+    its maximum even while its status holds the size of an earlier admission."""
+    obj = a_job().with_workers(4, gpus=1, minReplicas=2).with_status(elastic={"replicas": 3})
+    full = Job.from_object(obj.obj(), size=FULL_SIZE)
+    sets = build_workload(full, "team", SETTINGS)["spec"]["podSets"]
+    assert [(p["name"], p["count"], p.get("minCount")) for p in sets] == [("worker", 4, 2)]
+    fixed = build_workload(a_job().with_workers(4, gpus=1).job(), "team", SETTINGS)
+    assert "minCount" not in fixed["spec"]["podSets"][0]
+    no_range = a_job().with_workers(4, gpus=1, minReplicas=4).job()
+    assert "minCount" not in build_workload(no_range, "team", SETTINGS)["spec"]["podSets"][0]
