@@ -313,3 +313,11 @@ BUNDLED_TRAINER = "!has(self.trainer.command)"
 STAGE_GROUPS = "self.roles.stage.groups"
 HAS_STAGE_GROUPS = f"has(self.roles.stage) && has({STAGE_GROUPS})"
 GROUP_BLOCKS = f"{STAGE_GROUPS}.map(g, g.blocks * g.replicas).sum()"
+# Pipeline and Hybrid jobs with their stage role: the stages' pipeline (rules.py and
+# tensor_parallel_rules.py both ask it).
+PIPELINED = f"{cel_is(StrategyType.PIPELINE, StrategyType.HYBRID)} && has(self.roles.stage)"
+
+
+def pipelined(f: Facts) -> bool:
+    """Python twin of PIPELINED."""
+    return f.strategy in (StrategyType.PIPELINE, StrategyType.HYBRID) and f.has_stage

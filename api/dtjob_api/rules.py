@@ -18,6 +18,7 @@ behind it (`detail`), which CEL messages cannot carry (rule.py: Rule, PLACEHOLDE
 from __future__ import annotations
 
 from dtjob_api.contradiction_rules import CONTRADICTION_RULES
+from dtjob_api.elastic_rules import ELASTIC_RULES
 from dtjob_api.facts import (
     BUNDLED_TRAINER,
     DATA_PARALLEL,
@@ -30,6 +31,7 @@ from dtjob_api.facts import (
     ONE_F_ONE_B,
     PIPELINE_DEGREE,
     PIPELINE_STAGES,
+    PIPELINED,
     PS_PROCESSES,
     SCHEDULE,
     STAGE_GROUPS,
@@ -37,16 +39,17 @@ from dtjob_api.facts import (
     STAGE_STRATEGIES,
     STAGE_WIDTH,
     STRATEGY,
-    TENSOR_PARALLEL,
     WORKER_PROCESSES,
     WORKER_STRATEGIES,
     Facts,
     cel_is,
     cel_list,
+    pipelined,
 )
 from dtjob_api.rule import Rule
 from dtjob_api.spec import StrategyType
 from dtjob_api.speed_rules import SPEED_RULES
+from dtjob_api.tensor_parallel_rules import TENSOR_PARALLEL_RULES
 from dtjob_api.trainer_rules import TRAINER_RULES
 
 # metadata.name: `<name>-worker-<index>` (index < 4096, so 4 digits) is a pod hostname and
@@ -68,11 +71,10 @@ def _is(*strategies: StrategyType) -> str:
 # Conditions several rules share, in CEL and Python.
 _PS = _is(StrategyType.PARAMETER_SERVER)
 _HOGWILD = f'{_PS} && {MODE} == "Hogwild"'
-_PIPELINED = f"{_is(StrategyType.PIPELINE, StrategyType.HYBRID)} && has(self.roles.stage)"
 # The (pp, dp, tp) grid of the stage processes exists only when the stage width (Hybrid's
 # dataParallel x strategy.tensorParallel.size) divides them (else a rule fires and the
 # pipeline degree means nothing).
-_GRID = f"{_PIPELINED} && {STAGE_PROCESSES} % {STAGE_WIDTH} == 0"
+_GRID = f"{PIPELINED} && {STAGE_PROCESSES} % {STAGE_WIDTH} == 0"
 _1F1B = f"{SCHEDULE} in {cel_list(tuple(str(s) for s in ONE_F_ONE_B))}"
 _HYBRID = f'{STRATEGY} == "Hybrid" && has(self.roles.stage)'
 # Every worker strategy splits the global batch over the worker processes; Hogwild splits it
@@ -86,12 +88,6 @@ _UNEVEN_SPLIT = (StrategyType.DATA_PARALLEL, StrategyType.FSDP, StrategyType.CPU
 _EVEN_SPLIT = tuple(s for s in _BATCH_SPLIT if s not in _UNEVEN_SPLIT)
 _DATA_PARALLEL = f"{_is(*_EVEN_SPLIT)} && !({_HOGWILD}) && has(self.roles.worker)"
 _UNEVEN = f"{_is(*_UNEVEN_SPLIT)} && has(self.roles.worker)"
-_TP = f'{STRATEGY} == "TensorParallel" && has(self.roles.worker)'
-_TP_GRID = f"{_TP} && {WORKER_PROCESSES} % {TENSOR_PARALLEL} == 0"
-# Pipeline and Hybrid with strategy.tensorParallel: every stage split over its tp ranks.
-_STAGE_TP = f"{_PIPELINED} && has(self.strategy.tensorParallel)"
-# Any job whose bundled-model layers are split by strategy.tensorParallel.size.
-_ANY_TP = f"(({_TP}) || ({_STAGE_TP}))"
 
 
 # A Custom model's blocks are known only once its factory runs (the trainer counts them).
@@ -112,28 +108,8 @@ def _hogwild(f: Facts) -> bool:
     return f.strategy == StrategyType.PARAMETER_SERVER and f.mode == "Hogwild"
 
 
-def _pipelined(f: Facts) -> bool:
-    return f.strategy in (StrategyType.PIPELINE, StrategyType.HYBRID) and f.has_stage
-
-
 def _grid(f: Facts) -> bool:
-    return _pipelined(f) and f.stageProcesses % f.stageWidth == 0
-
-
-def _tp(f: Facts) -> bool:
-    return f.strategy == StrategyType.TENSOR_PARALLEL and f.has_worker
-
-
-def _tp_grid(f: Facts) -> bool:
-    return _tp(f) and f.workerProcesses % f.tensorParallel == 0
-
-
-def _stage_tp(f: Facts) -> bool:
-    return _pipelined(f) and f.has_tensor_parallel_settings
-
-
-def _any_tp(f: Facts) -> bool:
-    return _tp(f) or _stage_tp(f)
+    return pipelined(f) and f.stageProcesses % f.stageWidth == 0
 
 
 def _interleaved_rounds_ok(f: Facts) -> bool:
@@ -141,11 +117,6 @@ def _interleaved_rounds_ok(f: Facts) -> bool:
     # the micro-batches to split evenly over them.
     return f.microbatches % max(1, f.microbatches // max(1, f.pipelineDegree)) == 0
 
-
-# Elastic jobs (roles.worker.minReplicas): the strategies that train the same model at any
-# worker count (the trainer weights uneven shards), or a custom command, with workers only.
-_ELASTIC = (StrategyType.DATA_PARALLEL, StrategyType.FSDP, StrategyType.CPU_OFFLOAD)
-_HAS_MIN = "has(self.roles.worker) && has(self.roles.worker.minReplicas)"
 
 RULES: tuple[Rule, ...] = (
     Rule(
@@ -155,34 +126,7 @@ RULES: tuple[Rule, ...] = (
         "required for strategy {strategy}: its training processes run in the worker pods",
         "FieldValueRequired",
     ),
-    Rule(
-        "roles.worker.minReplicas",
-        _HAS_MIN, lambda f: f.has_min_replicas,
-        f"({_is(*_ELASTIC)} || !({BUNDLED_TRAINER})) && !has(self.roles.ps) "
-        "&& !has(self.roles.stage)",
-        lambda f: (f.strategy in _ELASTIC or not f.bundled_trainer)
-        and not f.has_ps and not f.has_stage,
-        "elastic jobs are DataParallel, FSDP, CPUOffload or a custom trainer.command, with "
-        "workers only: pipeline stages, parameter-server modes and tensor-parallel groups "
-        "have a fixed shape, and Auto picks its strategy by the world size",
-        "FieldValueForbidden",
-    ),
-    Rule(
-        "roles.worker.minReplicas",
-        _HAS_MIN, lambda f: f.has_min_replicas,
-        "self.roles.worker.minReplicas <= self.roles.worker.replicas",
-        lambda f: f.minReplicas <= f.workerReplicas,
-        "must be at most replicas (the most workers the job runs with)",
-        detail="{minReplicas} > {workerReplicas}",
-    ),
-    Rule(
-        "runPolicy.elastic",
-        "has(self.runPolicy) && has(self.runPolicy.elastic)",
-        lambda f: f.has_elastic_policy,
-        _HAS_MIN, lambda f: f.has_min_replicas,
-        "only for an elastic job: set roles.worker.minReplicas",
-        "FieldValueForbidden",
-    ),
+    *ELASTIC_RULES,
     Rule(
         "roles.stage",
         _is(*WORKER_STRATEGIES), lambda f: f.strategy in WORKER_STRATEGIES,
@@ -436,89 +380,7 @@ RULES: tuple[Rule, ...] = (
         "has no settings; use strategy.type ParameterServer to choose another mode",
         "FieldValueForbidden",
     ),
-    Rule(
-        "strategy.tensorParallel",
-        "has(self.strategy.tensorParallel)", lambda f: f.has_tensor_parallel_settings,
-        _is(StrategyType.TENSOR_PARALLEL, StrategyType.PIPELINE, StrategyType.HYBRID),
-        lambda f: f.strategy
-        in (StrategyType.TENSOR_PARALLEL, StrategyType.PIPELINE, StrategyType.HYBRID),
-        "only allowed with strategy TensorParallel, Pipeline or Hybrid, not {strategy}",
-        "FieldValueForbidden",
-    ),
-    # 3-D parallelism: strategy.tensorParallel with Pipeline or Hybrid splits every stage
-    # over `size` processes (rank = (pp_index x dp + dp_index) x tp + tp_index).
-    Rule(
-        "strategy.tensorParallel.size",
-        f'{_STAGE_TP} && ({STRATEGY} != "Hybrid" || {STAGE_PROCESSES} % {DATA_PARALLEL} == 0)',
-        lambda f: _stage_tp(f)
-        and (f.strategy != StrategyType.HYBRID or f.stageProcesses % f.dataParallel == 0),
-        f"{STAGE_PROCESSES} % {STAGE_WIDTH} == 0",
-        lambda f: f.stageProcesses % f.stageWidth == 0,
-        "must divide the stage processes (replicas x procsPerPod; for Hybrid, divided by "
-        "strategy.hybrid.dataParallel) evenly: the pipeline degree is their quotient",
-        detail="{stageProcesses} stage processes, width {stageWidth}",
-    ),
-    Rule(
-        "strategy.pipeline.schedule",
-        f"{BUNDLED_TRAINER} && {_STAGE_TP}", lambda f: f.bundled_trainer and _stage_tp(f),
-        f'!({SCHEDULE} in ["PipeDream", "PipeDream2BW"])',
-        lambda f: f.schedule not in ("PipeDream", "PipeDream2BW"),
-        "schedule {schedule} cannot run with strategy.tensorParallel: with tensor-parallel "
-        "stages use GPipe, 1F1B or Interleaved1F1B",
-    ),
-    Rule(
-        "roles.stage.groups",
-        HAS_STAGE_GROUPS, lambda f: f.has_stage_groups,
-        "!has(self.strategy.tensorParallel)", lambda f: not f.has_tensor_parallel_settings,
-        "cannot be combined with strategy.tensorParallel: a stage group's pods run one "
-        "process each, one stage per pod; remove one of the two",
-        "FieldValueForbidden",
-    ),
-    Rule(
-        "strategy.tensorParallel.size",
-        _TP, _tp,
-        f"{WORKER_PROCESSES} % {TENSOR_PARALLEL} == 0",
-        lambda f: f.workerProcesses % f.tensorParallel == 0,
-        "must divide the worker processes (replicas x procsPerPod) evenly: the "
-        "data-parallel degree is their quotient",
-        detail="{workerProcesses} worker processes, size {tensorParallel}",
-    ),
-    Rule(
-        "trainer.batchSize",
-        f"{BUNDLED_TRAINER} && {_TP_GRID}", lambda f: f.bundled_trainer and _tp_grid(f),
-        f"self.trainer.batchSize % ({WORKER_PROCESSES} / {TENSOR_PARALLEL}) == 0",
-        lambda f: f.batchSize % (f.workerProcesses // f.tensorParallel) == 0,
-        "must be divisible by the data-parallel degree (worker processes / "
-        "strategy.tensorParallel.size): every global batch is split evenly over the replicas",
-        detail="{batchSize}, {workerProcesses} worker processes, size {tensorParallel}",
-    ),
-    Rule(
-        "trainer.model.heads",
-        f'{BUNDLED_TRAINER} && {_ANY_TP} && self.trainer.model.type == "GPT"',
-        lambda f: f.bundled_trainer and _any_tp(f) and f.modelType == "GPT",
-        f"self.trainer.model.heads % {TENSOR_PARALLEL} == 0",
-        lambda f: f.heads % f.tensorParallel == 0,
-        "must be a multiple of strategy.tensorParallel.size: attention is split by heads",
-        detail="{heads} heads, size {tensorParallel}",
-    ),
-    Rule(
-        "trainer.model.hiddenSizes",
-        f'{BUNDLED_TRAINER} && {_ANY_TP} && self.trainer.model.type == "MLP"',
-        lambda f: f.bundled_trainer and _any_tp(f) and f.modelType == "MLP",
-        f"self.trainer.model.hiddenSizes.all(h, h % {TENSOR_PARALLEL} == 0)",
-        lambda f: all(h % f.tensorParallel == 0 for h in f.hiddenSizes),
-        "every width must be a multiple of strategy.tensorParallel.size: the layers are "
-        "split by features",
-        detail="{hiddenSizes}, size {tensorParallel}",
-    ),
-    Rule(
-        "trainer.model.type",
-        f"{BUNDLED_TRAINER} && {_ANY_TP}", lambda f: f.bundled_trainer and _any_tp(f),
-        '!(self.trainer.model.type in ["CNN", "Custom"])',
-        lambda f: f.modelType not in ("CNN", "Custom"),
-        "CNN and Custom models have no tensor-parallel plan: use MLP or GPT with "
-        "strategy.tensorParallel",
-    ),
+    *TENSOR_PARALLEL_RULES,
     # Heterogeneous pipelines: roles.stage.groups (the role's own rules are in spec.py).
     Rule(
         "roles.stage.groups",
