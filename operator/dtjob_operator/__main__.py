@@ -12,8 +12,9 @@ import time
 import kopf
 
 from dtjob_operator import handlers
+from dtjob_operator.api_client import load_client_config, request_kind
 from dtjob_operator.health import serve_liveness
-from dtjob_operator.k8s import KubeApi, load_client_config, request_kind
+from dtjob_operator.k8s import KubeApi
 from dtjob_operator.leader import LeaderElector
 from dtjob_operator.metrics import OperatorMetrics
 from dtjob_operator.ratelimit import TokenBucket

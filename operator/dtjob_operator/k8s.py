@@ -1,4 +1,5 @@
-"""The operator's only door to the Kubernetes API (sync client, used from worker threads).
+"""The operator's only door to the Kubernetes API (sync client, used from worker threads),
+over api_client.GuardedApiClient.
 
 Objects go in and come out as plain JSON dicts (camelCase), the same shape the pure
 builders produce and the planner reads, so nothing above this module sees client models.
@@ -8,24 +9,19 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
-import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, cast
-from urllib.parse import urlsplit
 
-import urllib3
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dtjob_api import GROUP, KIND, PLURAL, VERSION
+from dtjob_operator.api_client import TRANSPORT_ERRORS
 from dtjob_operator.constants import KUEUE_GROUP, KUEUE_VERSION, LABEL_JOB_NAME
-from dtjob_operator.ratelimit import TokenBucket
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
-USER_AGENT = "dtjob-operator"
 
 
 # Every (API group, resource, verb) this module calls, and nothing else ("" is the core
@@ -78,24 +74,6 @@ API_CALLS: frozenset[tuple[str, str, str]] = frozenset(
     }
 )
 
-# What a call that never reached the API server (or never got its answer) raises: refused
-# or reset connections and the connect/read timeouts below. The client wraps TLS errors
-# in an ApiException with status 0.
-TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (urllib3.exceptions.HTTPError, OSError)
-
-
-def is_transport_error(exc: BaseException) -> bool:
-    """True when `exc` says the API server could not be reached, not that it refused."""
-    return isinstance(exc, TRANSPORT_ERRORS) or (isinstance(exc, ApiException) and exc.status == 0)
-
-
-# Unreachable at least this long before an answer counts as "the API server is back".
-RECOVERY_MIN_SECONDS = 1.0
-
-
-class NotLeaderError(Exception):
-    """A write refused locally: this replica does not hold the leader Lease (any more)."""
-
 
 def _page(resp: object) -> tuple[list[Obj], str | None]:
     """Items and continue token of a list call made with _preload_content=False."""
@@ -136,120 +114,6 @@ def list_pages(call: Callable[..., object], page_size: int, **kwargs: Any) -> li
         items.extend(page)
         if not token:
             return items
-
-
-class GuardedApiClient(client.ApiClient):
-    """The one place every API call of the operator passes through.
-
-    - A connect and a read timeout on every call that sets none: a half-open connection
-      would otherwise block a reconcile worker for good.
-    - A client-side rate limit (`limiter`, a token bucket): every call but the leader
-      Lease's waits for a token, so a burst of reconciles cannot flood the API server, and
-      a Lease renewal never queues behind a gang's creates.
-    - The leader guard: a replica that does not lead refuses every write locally (its own
-      Lease renewals excepted), however the call got there.
-    - Reachability: after calls failed because the API server was unreachable, the first
-      call that gets an answer fires `on_recovered` (on a thread of its own), so the
-      operator can look at every job again without waiting out its retry backoffs.
-    """
-
-    def __init__(
-        self,
-        configuration: client.Configuration,
-        timeout: tuple[float, float],
-        limiter: TokenBucket | None = None,
-    ) -> None:
-        super().__init__(configuration)
-        self.request_timeout = timeout
-        self.limiter = limiter
-        self.may_write: Callable[[], bool] = lambda: True
-        self.on_request: Callable[[str, str], None] = lambda _method, _url: None
-        self.on_recovered: Callable[[float], None] = lambda _seconds: None
-        self._lock = threading.Lock()
-        self._unreachable_since: float | None = None
-
-    def call_api(
-        self,
-        method: str,
-        url: str,
-        header_params: Any = None,
-        body: Any = None,
-        post_params: Any = None,
-        _request_timeout: Any = None,
-    ) -> Any:
-        if method not in ("GET", "HEAD") and not self.may_write() and not _is_lease_url(url):
-            raise NotLeaderError(f"{method} {url.split('?')[0]}: this replica does not lead")
-        if self.limiter is not None and not _is_lease_url(url):
-            self.limiter.acquire()
-        self.on_request(method, url)
-        try:
-            resp = super().call_api(
-                method, url, header_params, body, post_params,
-                _request_timeout or self.request_timeout,
-            )  # fmt: skip
-        except BaseException as exc:
-            if is_transport_error(exc):
-                with self._lock:
-                    if self._unreachable_since is None:
-                        self._unreachable_since = time.monotonic()
-            raise
-        self._reached()
-        return resp
-
-    def _reached(self) -> None:
-        with self._lock:
-            since, self._unreachable_since = self._unreachable_since, None
-        # A call that failed while another got through is a blip, not an outage.
-        if since is not None and (down := time.monotonic() - since) >= RECOVERY_MIN_SECONDS:
-            threading.Thread(
-                target=self.on_recovered, args=(down,), name="api-recovered", daemon=True
-            ).start()
-
-
-def request_kind(method: str, url: str) -> tuple[str, str]:
-    """(verb, resource) of a request as the API server's metrics name them: GET of a
-    collection is LIST, `watch=` makes it WATCH; the resource is the path's plural after the
-    namespace (`pods`, `distributedtrainingjobs`, `pods/eviction`), "(non-resource)" else."""
-    split = urlsplit(url)
-    path, query = split.path, split.query
-    parts = [p for p in path.split("/") if p]
-    # /api/v1/... or /apis/<group>/<version>/...: what follows is the resource path.
-    rest = parts[2:] if parts[:1] == ["api"] else parts[3:] if parts[:1] == ["apis"] else []
-    if len(rest) > 2 and rest[0] == "namespaces":
-        rest = rest[2:]
-    if not rest:
-        return method, "(non-resource)"
-    resource = rest[0] + (f"/{rest[2]}" if len(rest) > 2 else "")
-    named = len(rest) > 1
-    if method == "GET" and "watch=" in query and query.split("watch=")[1][:1] in "tT1":
-        return "WATCH", resource
-    if method == "GET" and not named:
-        return "LIST", resource
-    return method, resource
-
-
-def _is_lease_url(url: str) -> bool:
-    return "/apis/coordination.k8s.io/" in url
-
-
-def load_client_config(
-    timeout: tuple[float, float] = (5.0, 30.0), limiter: TokenBucket | None = None
-) -> GuardedApiClient:
-    """In-cluster credentials when running in a pod, else the kubeconfig (KUBECONFIG).
-
-    `timeout` is (connect, read) in seconds for every call that sets none; `limiter`, if
-    given, paces every call (GuardedApiClient)."""
-    try:
-        config.load_incluster_config()  # type: ignore[no-untyped-call]
-    except config.ConfigException:
-        config.load_kube_config()  # type: ignore[no-untyped-call]
-    cfg = client.Configuration.get_default_copy()
-    # Reconcile workers and the per-pod call pool share one connection pool.
-    cfg.connection_pool_maxsize = 64
-    api = GuardedApiClient(cfg, timeout, limiter)
-    # Named in the API server's audit log and metrics, apart from other Python clients.
-    api.user_agent = USER_AGENT
-    return api
 
 
 class KubeApi:

@@ -28,6 +28,7 @@ from dtjob_api.status import TERMINAL_PHASES, JobPhase
 from dtjob_operator import lifecycle
 from dtjob_operator.admission.book import AdmissionBook
 from dtjob_operator.admission.controller import AdmissionController
+from dtjob_operator.api_client import NotLeaderError, is_transport_error
 from dtjob_operator.caches import Caches
 from dtjob_operator.children import ChildCreator
 from dtjob_operator.constants import (
@@ -40,7 +41,7 @@ from dtjob_operator.constants import (
     REASON_RECONCILE_ERROR,
 )
 from dtjob_operator.health import Heartbeats
-from dtjob_operator.k8s import KubeApi, NotLeaderError, Obj, is_transport_error
+from dtjob_operator.k8s import KubeApi, Obj
 from dtjob_operator.kill_points import AFTER_ADMISSION_WRITTEN, KillPoints
 from dtjob_operator.kueue.backend import KueueBackend
 from dtjob_operator.kueue.verdict import Placement

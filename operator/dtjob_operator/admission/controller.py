@@ -33,8 +33,9 @@ from dtjob_operator.admission.snapshot import (
     is_admitted,
     requeue_not_before,
 )
+from dtjob_operator.api_client import is_transport_error
 from dtjob_operator.builders.job import elastic_size
-from dtjob_operator.k8s import KubeApi, is_transport_error, versions
+from dtjob_operator.k8s import KubeApi, versions
 from dtjob_operator.kueue.workload import queue_of
 from dtjob_operator.metrics import OperatorMetrics
 from dtjob_operator.policies.times import parse_time

@@ -11,13 +11,13 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from dtjob_operator.k8s import (
+from dtjob_operator.api_client import (
     GuardedApiClient,
-    KubeApi,
     NotLeaderError,
     is_transport_error,
     request_kind,
 )
+from dtjob_operator.k8s import KubeApi
 
 
 def make_client(port: int, timeout: tuple[float, float] = (1.0, 1.0)) -> GuardedApiClient:

@@ -12,7 +12,8 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 from kubernetes import client
 
-from dtjob_operator.k8s import GuardedApiClient, KubeApi
+from dtjob_operator.api_client import GuardedApiClient
+from dtjob_operator.k8s import KubeApi
 
 
 class PagingServer(ThreadingHTTPServer):
