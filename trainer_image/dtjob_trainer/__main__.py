@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import os
+import signal
 import sys
 
 from dtjob_trainer.errors import EXIT_CONFIG, ConfigError
@@ -45,6 +47,10 @@ def _run_args(args: argparse.Namespace) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line and run it; returns the process exit code."""
+    # `kill -USR1 <pid>` prints every thread's Python stack to stderr (the pod's log) and the
+    # process goes on: where a hung gang waits (a collective, a checkpoint write), with no
+    # debugger in the image. Forked processes inherit it; fd 2 whatever sys.stderr is.
+    faulthandler.register(signal.SIGUSR1, file=2, all_threads=True)
     args = _parser().parse_args(argv)
     if args.command == "launch":
         logging.basicConfig(level=logging.INFO, format="[launch] %(levelname)s %(message)s")

@@ -3,10 +3,13 @@ the pods of `launch`. Gang semantics, as in the cluster: SIGTERM/SIGINT are forw
 every child; when one child fails the others get a grace period to fail on their own
 (they usually notice the lost peer and exit 201), then are terminated. The exit code is
 that of the earliest failure (a signal N counts as 128 + N), or 0 when all succeed.
+SIGUSR1 prints the supervisor's stacks and is passed on, so one `kill -USR1` of a pod's
+first process shows where every rank of it waits (__main__.main registers the dump).
 """
 
 from __future__ import annotations
 
+import faulthandler
 import signal
 import subprocess
 import sys
@@ -65,7 +68,14 @@ def supervise(
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
 
+    def stacks(signum: int, frame: FrameType | None) -> None:
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGUSR1)
+
     previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    previous[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, stacks)
     first_failure: int | None = None
     terminate_at = kill_at = float("inf")
     try:
@@ -90,7 +100,10 @@ def supervise(
             time.sleep(POLL_SECONDS)
     finally:
         for s, handler in previous.items():
-            signal.signal(s, handler)
+            if handler is not None:
+                signal.signal(s, handler)
+            else:  # a C handler: faulthandler's own dump (__main__.main)
+                faulthandler.register(s, file=2, all_threads=True)
     if first_failure is None:
         failed = [exit_code(p.returncode) for p in procs if p.returncode]  # all ended by now
         first_failure = failed[0] if failed else 0

@@ -15,11 +15,14 @@ subprocess, as the launcher would start interpreters there.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import multiprocessing.context
 import os
+import signal
 import subprocess
 import sys
+import time
 import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -31,6 +34,31 @@ PRELOAD = ["unit.trainer.rank_preload", "unit.trainer.ranks", "unit.trainer.fork
 
 
 _checked = False
+STACKS_SECONDS = 2.0  # for a hung launch's processes to print their stacks
+STACKS_CHARS = 20_000
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (children first), from /proc."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        found = children.get(todo.pop(0), [])
+        out += found
+        todo += found
+    return out
+
+
+def signal_all(pids: Sequence[int], sig: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
 
 
 def _exit_unless_preloaded() -> None:
@@ -138,7 +166,21 @@ class ForkedLaunch:
     def wait(self, timeout: float | None = None) -> int:
         self._process.join(timeout)
         if self._process.exitcode is None:
-            raise subprocess.TimeoutExpired(["dtjob_trainer", *self.args], timeout or 0)
+            expired = subprocess.TimeoutExpired(["dtjob_trainer", *self.args], timeout or 0)
+            if self.pid is None:
+                raise expired
+            # Where it hangs: the launcher prints its stacks and passes SIGUSR1 on to its
+            # ranks, which print theirs (procs.supervise), then the whole tree is killed.
+            tree = [self.pid, *descendants(self.pid)]
+            before = len(self._output.read_text(errors="replace"))
+            signal_all([self.pid], signal.SIGUSR1)
+            time.sleep(STACKS_SECONDS)
+            signal_all(tree, signal.SIGKILL)
+            text = self._output.read_text(errors="replace")
+            head, stacks = text[max(0, before - 3000) : before], text[before:][:STACKS_CHARS]
+            raise AssertionError(
+                f"{expired}; its output ends:\n{head}\n--- stacks (SIGUSR1):\n{stacks}"
+            ) from expired
         return self._process.exitcode
 
     def communicate(self, timeout: float | None = None) -> tuple[str, None]:

@@ -11,7 +11,15 @@ import sys
 import time
 from pathlib import Path
 
-from unit.trainer.harness import a_spec, catches, free_port, launch, trainer_env, wait_for
+from unit.trainer.harness import (
+    a_spec,
+    catches,
+    free_port,
+    launch,
+    start_launch,
+    trainer_env,
+    wait_for,
+)
 
 from dtjob_trainer.checkpoint import LATEST
 from dtjob_trainer.errors import (
@@ -103,3 +111,25 @@ def test_lost_peer_mid_training_exits_201(tmp_path: Path) -> None:
             if p.poll() is None:
                 p.kill()
             p.communicate()
+
+
+def test_sigusr1_prints_every_processs_stacks_and_training_goes_on(tmp_path: Path) -> None:
+    """Where a hung gang waits, without a debugger in the image: SIGUSR1 to the launcher (a
+    pod's first process, likewise) prints its stacks and those of every rank it passes the
+    signal on to; the gang trains on and still checkpoints on SIGTERM."""
+    spec = a_spec("DataParallel", steps=1_000_000, checkpoint_every=10)
+    proc, ckpt, _ = start_launch(spec, tmp_path)
+    log = tmp_path / "job.log"
+    try:
+        wait_for(lambda: (ckpt / LATEST).exists() or proc.poll() is not None, 120, "training")
+        wait_for(lambda: catches(proc.pid, signal.SIGUSR1), 30, "the handler")
+        proc.send_signal(signal.SIGUSR1)
+        wait_for(lambda: log.read_text().count("(most recent call first)") >= 3, 30, "3 stacks")
+        assert proc.poll() is None  # not the default action (terminate)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+        assert proc.returncode == EXIT_PREEMPTED, out[-3000:]
+        assert "in supervise" in out and "in run_loop" in out, out[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
