@@ -21,6 +21,9 @@ class JobPhase(StrEnum):
 
 
 TERMINAL_PHASES = frozenset({JobPhase.SUCCEEDED, JobPhase.FAILED})
+# How the Admitted condition's message begins when Kueue admitted the job: the operator
+# writes it (kueue/verdict.py), `kubectl dtj why` reads it (client growth.py).
+KUEUE_ADMITTED_MESSAGE = "admitted by Kueue"
 
 
 class Condition(ApiModel):

@@ -6,10 +6,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 from dtjob_api.run_policy import ElasticPolicy
+from dtjob_api.status import KUEUE_ADMITTED_MESSAGE
 from dtjob_client.jobs import Job, parse_time
-
-# How the operator's Admitted condition begins when Kueue admitted the job (kueue/verdict.py).
-KUEUE_ADMITTED = "admitted by Kueue"
 
 
 def growth_note(job: Job) -> str | None:
@@ -21,7 +19,7 @@ def growth_note(job: Job) -> str | None:
         return None
     head = f"runs at {said.replicas} of at most {said.maxReplicas} workers"
     admitted = next((c for c in st.conditions if c.type == "Admitted"), None)
-    if admitted is not None and admitted.message.startswith(KUEUE_ADMITTED):
+    if admitted is not None and admitted.message.startswith(KUEUE_ADMITTED_MESSAGE):
         return (
             f"{head}, as Kueue admitted it (partial admission); it keeps that size until "
             "Kueue evicts it and admits it again: Kueue-admitted jobs do not grow"

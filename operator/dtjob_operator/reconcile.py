@@ -10,7 +10,6 @@ deterministic names; a create that finds the object already there is a no-op).
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import threading
@@ -47,13 +46,12 @@ from dtjob_operator.kueue.backend import KueueBackend
 from dtjob_operator.kueue.verdict import Placement
 from dtjob_operator.kueue.workload import queue_of
 from dtjob_operator.metrics import OperatorMetrics
-from dtjob_operator.naming import progress_config_map_name
 from dtjob_operator.pod_reads import PodReads
 from dtjob_operator.policies.ownership import owned_by
 from dtjob_operator.policies.times import parse_time
 from dtjob_operator.policies.too_deep import too_deep_message, too_deep_path, too_deep_status
 from dtjob_operator.settings import OperatorSettings
-from dtjob_operator.status import admitted_condition, admitted_in, status_patch
+from dtjob_operator.status import admitted_condition, admitted_in, read_progress, status_patch
 from dtjob_operator.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
@@ -70,21 +68,6 @@ ERROR_BACKOFF_MAX = 300.0
 # While the API server cannot be reached, a retry costs one refused connect: retry often, so
 # that jobs move again within seconds of it coming back.
 UNREACHABLE_BACKOFF_MAX = 5.0
-
-
-def read_progress(job_name: str, config_maps: list[Obj]) -> dict[str, Any] | None:
-    """The progress the trainer wrote, or None; a malformed document is ignored."""
-    for cm in config_maps:
-        if cm["metadata"]["name"] == progress_config_map_name(job_name):
-            raw = (cm.get("data") or {}).get("progress.json")
-            if not raw:
-                return None
-            try:
-                value = json.loads(raw)
-            except ValueError:
-                return None
-            return value if isinstance(value, dict) else None
-    return None
 
 
 def checkpoint_claim_name(job: Obj) -> str | None:

@@ -9,6 +9,7 @@ so its shape always matches the CRD schema.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -26,6 +27,7 @@ from dtjob_operator.constants import (
     STATUS_TRUE,
 )
 from dtjob_operator.envcontract import job_roles
+from dtjob_operator.naming import progress_config_map_name
 from dtjob_operator.policies.pods import Pod, is_finished, is_ready, phase_of, role_of
 from dtjob_operator.policies.times import format_time
 
@@ -121,6 +123,21 @@ def reason_of(conditions: Sequence[Mapping[str, Any]]) -> str | None:
         for c in conditions:
             if c.get("type") == type_ and c.get("status") == STATUS_FALSE:
                 return str(c.get("reason") or "") or None
+    return None
+
+
+def read_progress(job_name: str, config_maps: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The progress the trainer wrote, or None; a malformed document is ignored."""
+    for cm in config_maps:
+        if cm["metadata"]["name"] == progress_config_map_name(job_name):
+            raw = (cm.get("data") or {}).get("progress.json")
+            if not raw:
+                return None
+            try:
+                value = json.loads(raw)
+            except ValueError:
+                return None
+            return value if isinstance(value, dict) else None
     return None
 
 

@@ -146,7 +146,7 @@ class KueueBackend:
         admitted: dict[str, Any] = {
             "admitted": True, "admitted_message": admitted_message(workload)
         }  # fmt: skip
-        size = self._elastic_size(job_obj, workload)
+        size = self._elastic_size(job, workload)
         if size is not None:  # the gang is built at the workers Kueue admitted
             job = Job.from_object(job_obj, size=size)
             admitted["elastic_size"] = size
@@ -168,11 +168,11 @@ class KueueBackend:
         return admitted, by_pod
 
     @staticmethod
-    def _elastic_size(job_obj: Obj, workload: Obj) -> int | None:
+    def _elastic_size(job: Job, workload: Obj) -> int | None:
         """An elastic job's workers as Kueue admitted them: its maximum, or fewer (no fewer
         than minReplicas) where Kueue admitted it partially."""
-        worker = ((job_obj.get("spec") or {}).get("roles") or {}).get("worker") or {}
-        if worker.get("minReplicas") is None:
+        worker = (job.declared or job.spec).roles.worker
+        if worker is None or worker.minReplicas is None:
             return None
         return admitted_counts(workload).get("worker")
 

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from dtjob_api.status import KUEUE_ADMITTED_MESSAGE
 from dtjob_operator.constants import KUEUE_GROUP
 
 POD_SET_LABEL = f"{KUEUE_GROUP}/podset"
@@ -133,8 +134,8 @@ def admitted_message(workload: Mapping[str, Any]) -> str:
         flavors = dict.fromkeys((assignment.get("flavors") or {}).values())
         if flavors:
             parts.append(f"{assignment.get('name')}={'+'.join(flavors)}")
-    where = f"ClusterQueue {admission.get('clusterQueue') or '?'}"
-    said = f"admitted by Kueue in {where}" + (f", flavors {', '.join(parts)}" if parts else "")
+    said = f"{KUEUE_ADMITTED_MESSAGE} in ClusterQueue {admission.get('clusterQueue') or '?'}"
+    said += f", flavors {', '.join(parts)}" if parts else ""
     asked = _asked(workload)
     for pod_set, count in admitted_counts(workload).items():
         if count < asked.get(pod_set, count):
