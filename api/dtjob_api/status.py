@@ -88,8 +88,21 @@ class Progress(ApiModel):
     """When the trainer last reported."""
 
 
+class AdmissionBackendName(StrEnum):
+    """Who decides that a job's gang may start (docs/admission.md, "Admission backends")."""
+
+    BUILTIN = "builtin"
+    KUEUE = "kueue"
+    EXTERNAL = "external"
+
+
 class AdmissionStatus(ApiModel):
-    """What the built-in gang admission did to the job (docs/admission.md)."""
+    """What the gang admission did to the job (docs/admission.md)."""
+
+    backend: AdmissionBackendName | None = None
+    """Who admits the job: builtin (the operator's gang admission), kueue (a Kueue Workload,
+    the job's kueue.x-k8s.io/queue-name label) or external (someone else; the operator
+    only creates the gang)."""
 
     requeues: int = 0
     """Times the admitted gang was released because its pods were not all ready in time."""

@@ -41,6 +41,7 @@ from dtjob_operator.constants import KUEUE_GROUP, KUEUE_VERSION, LABEL_JOB_NAME
 from dtjob_operator.gone_pods import GonePods
 from dtjob_operator.informer import Informer
 from dtjob_operator.k8s import KubeApi, Obj, versions
+from dtjob_operator.kueue.api import KueueApi
 from dtjob_operator.settings import OperatorSettings
 from dtjob_operator.trims import (
     is_history_config_map,
@@ -213,7 +214,7 @@ class Caches:
         reads the Workload from the API server (kueue/backend.py): this is only the bell.
         None where Kueue's API is not served: an informer would retry a 404 forever."""
         namespaces = self.settings.namespaces
-        if not self.api.serves_workloads(namespaces[0] if namespaces else None):
+        if not KueueApi(self.api.custom).serves_workloads(namespaces[0] if namespaces else None):
             return []
         call = (
             partial(self.api.custom.list_namespaced_custom_object, KUEUE_GROUP, KUEUE_VERSION,
@@ -357,7 +358,7 @@ class Caches:
         """Kueue's Workloads labelled with the job's name (metadata only from the watch)."""
         informer = self._scope(self.workloads, namespace)
         if informer is None or not informer.synced.is_set():
-            return self.api.list_job_workloads(namespace, job_name)
+            return KueueApi(self.api.custom).list_job_workloads(namespace, job_name)
         return informer.indexed(namespace, job_name)
 
     # -- the admission's reads ----------------------------------------------------------

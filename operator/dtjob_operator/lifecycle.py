@@ -154,12 +154,11 @@ class _Planner(ElasticSteps):
                 REASON_INVALID_SPEC, shown + (f" (and {more} more)" if more > 0 else "")
             )
         # The size the status records once written; the pass's until then.
-        size = None if elastic_size(self.o.job) else self.o.elastic_size
+        size = None if elastic_size(self.o.job) else self.o.admission.elastic_size
         job = Job.from_object(self.o.job, size=size)
         self.job, self.spec = job, job.spec
         self.gang = gang_of(self.o.pods, self.restarts)
-        external = self.settings.admission == "external" and not self.o.kueue
-        if self.spec.placement and self.spec.placement.topology and external:
+        if self.spec.placement and self.spec.placement.topology and not self.o.admission.places:
             return self._fail(REASON_INVALID_SPEC, TOPOLOGY_NEEDS_KUEUE)
         self.storage = self._checkpoint_storage()
         if self.storage.invalid:
@@ -169,10 +168,10 @@ class _Planner(ElasticSteps):
             return self._refused(refused)
         if self.spec.suspend:
             return self._suspend()
-        if self.o.preempted is not None:
-            return self._preempt(self.o.preempted)
-        if self.o.resize is not None and self._resizable(self.o.resize[0]):
-            return self._resize(*self.o.resize)
+        if self.o.admission.stop is not None:
+            return self._preempt(self.o.admission.stop)
+        if self.o.admission.resize is not None and self._resizable(self.o.admission.resize[0]):
+            return self._resize(*self.o.admission.resize)
         if self.prior_phase == JobPhase.SUSPENDED and not self._waiting_after_preemption():
             self._condition(CONDITION_SUSPENDED, False, REASON_RESUMED, "the job was resumed")
             self._event(EVENT_NORMAL, REASON_RESUMED, "the job was resumed")
@@ -204,7 +203,7 @@ class _Planner(ElasticSteps):
         success = judge_success(self.spec, self.gang)
         if success is not None:
             return self._succeed(success)
-        if self.o.admitted:  # a queued job holds nothing, not even its Service
+        if self.o.admission.admitted:  # a queued job holds nothing, not even its Service
             self._create_missing_support_objects()
         if self.prior_phase in STARTED_PHASES:
             return self._keep_running()
@@ -219,7 +218,7 @@ class _Planner(ElasticSteps):
         self._condition(CONDITION_RUNNING, False, REASON_SUSPENDED, message)
         if self.prior_phase != JobPhase.SUSPENDED:
             self._event(EVENT_NORMAL, REASON_SUSPENDED, message)
-        if self.builtin_admission and self._had_condition(CONDITION_ADMITTED):
+        if self.o.admission.queues and self._had_condition(CONDITION_ADMITTED):
             self._condition(CONDITION_ADMITTED, False, REASON_SUSPENDED, message)
         self.gang = []
         return self._render()
@@ -265,14 +264,14 @@ class _Planner(ElasticSteps):
         self.admission.update(requeues=requeues, lastRequeueTime=format_time(self.now))
         # Under an external queue manager there is no queue of ours to go back to: the gang
         # is re-created once its pods are gone (phase Pending), within the same limit.
-        then = "re-queued" if self.builtin_admission else "its gang re-created"
+        then = "re-queued" if self.o.admission.queues else "its gang re-created"
         message = (
             f"only {ready}/{total} pods were ready {timeout:.0f}s after the gang was created: "
             f"its pods are released and the job is {then} (re-queue {requeues} of at most "
             f"{limit}){why}"
         )
         self.delete.update(live_names(self.o.pods))
-        self.phase = JobPhase.QUEUED if self.builtin_admission else JobPhase.PENDING
+        self.phase = JobPhase.QUEUED if self.o.admission.queues else JobPhase.PENDING
         self._condition(CONDITION_ADMITTED, False, REASON_PODS_READY_TIMEOUT, message)
         self._condition(CONDITION_RUNNING, False, REASON_PODS_READY_TIMEOUT, message)
         self._event(EVENT_WARNING, REASON_PODS_READY_TIMEOUT, message)
@@ -366,13 +365,13 @@ class _Planner(ElasticSteps):
         return self._render()
 
     def _start_gang(self, policy: RunPolicy) -> Plan:
-        if not self.o.admitted:
+        if not self.o.admission.admitted:
             preempted = self._waiting_after_preemption()
             self.phase = JobPhase.SUSPENDED if preempted else JobPhase.QUEUED
-            message = self.o.admission_message or "waiting for the whole gang to fit"
-            reason = self.o.admission_reason
+            message = self.o.admission.message or "waiting for the whole gang to fit"
+            reason = self.o.admission.reason
             prior = self._prior_condition(CONDITION_ADMITTED)
-            if preempted and self.o.admission_reason == REASON_WAITING_FOR_ADMISSION:
+            if preempted and self.o.admission.reason == REASON_WAITING_FOR_ADMISSION:
                 reason = REASON_PREEMPTED  # keep saying why it stopped while it waits
             self._condition(CONDITION_ADMITTED, False, reason, message)
             if not preempted and (
@@ -381,7 +380,7 @@ class _Planner(ElasticSteps):
                 # Admitted before and released now: a restarted gang that no longer fits.
                 released = prior.get("status") == STATUS_TRUE
                 self._event(EVENT_WARNING if released else EVENT_NORMAL, reason, message)
-            self.queue_position = self.o.queue_position
+            self.queue_position = self.o.admission.queue_position
             self.admission.pop("domain", None)  # placed again once admitted again
             self.elastic.pop("replicas", None)  # sized again too
             self.requeue.append(self.settings.resync_seconds)
@@ -389,16 +388,16 @@ class _Planner(ElasticSteps):
         prior = self._prior_condition(CONDITION_ADMITTED)
         # A restarted operator knows no placement of a gang admitted before: keep saying it.
         kept = prior.get("message") if prior.get("status") == STATUS_TRUE else None
-        message = self.o.admitted_message or kept or "the whole gang may start"
-        if self.o.domain:
-            self.admission["domain"] = self.o.domain
+        message = self.o.admission.admitted_message or kept or "the whole gang may start"
+        if self.o.admission.domain:
+            self.admission["domain"] = self.o.admission.domain
         self._record_size()
         self._condition(CONDITION_ADMITTED, True, REASON_ADMITTED, message)
         # Kueue's word gets its Event here; the built-in admission's comes from the executor,
         # once per admission (reconcile._announce_admission), with this message.
         if (
-            self.o.kueue
-            and self.o.admitted_message
+            self.o.admission.announce_changes
+            and self.o.admission.admitted_message
             and self._prior_condition(CONDITION_ADMITTED).get("message") != message
         ):
             self._event(EVENT_NORMAL, REASON_ADMITTED, message)
@@ -408,7 +407,7 @@ class _Planner(ElasticSteps):
         )
         if not waiting and stale_pods(self.o.pods, self.restarts):
             waiting = self.settings.resync_seconds  # old pods still hold the names
-        if not waiting and self.o.refit_pending and not self.gang:
+        if not waiting and self.o.admission.refit_pending and not self.gang:
             # A restarted gang is created only once an admission pass has checked it against
             # what is free now (it may no longer fit); the pass wakes this job.
             waiting = self.settings.resync_seconds

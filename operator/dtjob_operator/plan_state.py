@@ -14,6 +14,7 @@ from typing import Any
 
 from dtjob_api.spec import DistributedTrainingJobSpec, RunPolicy
 from dtjob_api.status import JobPhase
+from dtjob_operator.admission.placement import place
 from dtjob_operator.builders import Job, Manifest, build_pods, build_support_objects, child_key
 from dtjob_operator.constants import (
     CONDITION_CHECKPOINT_STORAGE,
@@ -27,7 +28,6 @@ from dtjob_operator.constants import (
     REASON_PREEMPTED,
 )
 from dtjob_operator.envcontract import rank_layout
-from dtjob_operator.kueue.verdict import place
 from dtjob_operator.plan_types import Event, Observed, Plan
 from dtjob_operator.policies.checkpoint_storage import StorageVerdict, judge_checkpoint_storage
 from dtjob_operator.policies.create_errors import CONFLICT, CreateError
@@ -72,7 +72,6 @@ class PlanState:
         self.queue_position: int | None = None
         self.admission: dict[str, Any] = dict(self.prior.get("admission") or {})
         self.elastic: dict[str, Any] = dict(self.prior.get("elastic") or {})
-        self.builtin_admission = settings.admission == "builtin"
         self.storage: StorageVerdict | None = None
         self._built: dict[int, list[Manifest]] = {}
 
@@ -103,7 +102,7 @@ class PlanState:
 
     def _waiting_after_preemption(self) -> bool:
         """Preempted earlier and not admitted again yet: the job stays Suspended."""
-        if self.o.admitted:
+        if self.o.admission.admitted:
             return False
         return any(
             c.get("type") == CONDITION_SUSPENDED
@@ -158,7 +157,7 @@ class PlanState:
     def _missing_pods(self) -> list[Manifest]:
         existing = {name_of(p) for p in self.o.pods}
         missing = [m for m in self.gang_manifests() if m["metadata"]["name"] not in existing]
-        placed = self.o.placements
+        placed = self.o.admission.placements
         return [place(m, placed[m["metadata"]["name"]]) if m["metadata"]["name"] in placed
                 else m for m in missing]  # fmt: skip
 

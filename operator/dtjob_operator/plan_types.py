@@ -8,9 +8,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from dtjob_operator.admission.seam import AdmissionVerdict
 from dtjob_operator.builders import Manifest
-from dtjob_operator.constants import REASON_WAITING_FOR_ADMISSION
-from dtjob_operator.kueue.verdict import Placement
 from dtjob_operator.policies.create_errors import CreateError
 
 
@@ -33,30 +32,9 @@ class Observed:
     """The parsed progress.json the trainer wrote, or None."""
     now: datetime
     """The current time (timezone-aware)."""
-    admitted: bool = True
-    """Gang admission: False holds a job that has no gang yet in phase Queued (no pods)."""
-    admission_message: str = ""
-    """Why the job is not admitted yet (shown in the Admitted condition)."""
-    admission_reason: str = REASON_WAITING_FOR_ADMISSION
-    """Reason of the Admitted=False condition while the job waits."""
-    admitted_message: str = ""
-    """Who admitted the gang and where, when a queue manager did (Kueue: the ClusterQueue
-    and the flavors); said in the Admitted=True condition and, once, in an Event."""
-    domain: str | None = None
-    """Where the built-in admission placed the gang (status.admission.domain)."""
-    elastic_size: int | None = None
-    """The worker pods the built-in admission gave an elastic job (status.elastic)."""
-    resize: tuple[int, str] | None = None
-    """The admission resizes this running elastic job: (worker pods, why)."""
-    kueue: bool = False
-    """Kueue admits the job (its queue label, or the operator's admission mode "kueue")."""
-    queue_position: int | None = None
-    """The job's position in its namespace's admission queue while it waits."""
-    preempted: str | None = None
-    """Set by the admission to suspend this job for a higher-priority one: the message."""
-    refit_pending: bool = False
-    """An admitted gang restarted after a failure, not yet checked by an admission pass
-    against what is free now: its pods wait (admission/controller.py, _awaits_refit)."""
+    admission: AdmissionVerdict = field(default_factory=AdmissionVerdict)
+    """What the backend that holds the job says (admission/seam.py): admitted or why it
+    waits, a gang to stop, the size and the placement of its pods."""
     checkpoint_claim: Mapping[str, Any] | None = None
     """The PersistentVolumeClaim spec.checkpoint.claimName names, as the API returns it;
     None when the job names none or the claim does not exist."""
@@ -70,9 +48,6 @@ class Observed:
     create_error: CreateError | None = None
     """The API server refused a create of this pass's plan: the executor plans again with
     it, and the planner fails the job (permanent) or says why it waits (transient)."""
-    placements: Mapping[str, Placement] = field(default_factory=dict)
-    """pod name -> what a queue manager's admission adds to that pod (Kueue: the flavors'
-    node labels and tolerations, its labels; kueue/verdict.py), merged in when it is made."""
 
 
 @dataclass(frozen=True)

@@ -25,30 +25,23 @@ from kubernetes.client.exceptions import ApiException
 from dtjob_api.spec import DNS1123_SUBDOMAIN
 from dtjob_api.status import TERMINAL_PHASES, JobPhase
 from dtjob_operator import lifecycle
-from dtjob_operator.admission.book import AdmissionBook
-from dtjob_operator.admission.controller import AdmissionController
+from dtjob_operator.admission.router import AdmissionRouter
+from dtjob_operator.admission.seam import AdmissionBackend, AdmissionVerdict
 from dtjob_operator.api_client import NotLeaderError, is_transport_error
 from dtjob_operator.caches import Caches
 from dtjob_operator.children import ChildCreator
 from dtjob_operator.constants import (
     CONDITION_ADMITTED,
-    EVENT_NORMAL,
     EVENT_WARNING,
-    REASON_ADMITTED,
     REASON_INVALID_SPEC,
-    REASON_PODS_READY_TIMEOUT,
     REASON_RECONCILE_ERROR,
 )
 from dtjob_operator.health import Heartbeats
 from dtjob_operator.k8s import KubeApi, Obj
 from dtjob_operator.kill_points import AFTER_ADMISSION_WRITTEN, KillPoints
-from dtjob_operator.kueue.backend import KueueBackend
-from dtjob_operator.kueue.verdict import Placement
-from dtjob_operator.kueue.workload import queue_of
 from dtjob_operator.metrics import OperatorMetrics
 from dtjob_operator.pod_reads import PodReads
 from dtjob_operator.policies.ownership import owned_by
-from dtjob_operator.policies.times import parse_time
 from dtjob_operator.policies.too_deep import too_deep_message, too_deep_path, too_deep_status
 from dtjob_operator.settings import OperatorSettings
 from dtjob_operator.status import admitted_condition, admitted_in, read_progress, status_patch
@@ -109,20 +102,12 @@ class Reconciler:
         self.queue = WorkQueue()
         self.heartbeats = Heartbeats()
         self.kill_points = KillPoints(settings.test_kill_at)  # tests only; off by default
-        self.book = AdmissionBook()
         # Until (and unless: settings.informers) the caches are filled, reads go live.
         self.caches = Caches(api, settings, self.queue.add, lambda: self.request_admission())
-        self.admission: AdmissionController | None = None
-        # Jobs labelled with a Kueue LocalQueue are Kueue's to admit (kueue/backend.py).
-        self.kueue = (
-            KueueBackend(api, settings, lambda: self.caches.list_priority_classes())
-            if settings.admission in ("builtin", "kueue")
-            else None
+        # Who admits each job (built-in, Kueue, external): admission/router.py.
+        self.admission = AdmissionRouter(
+            api, settings, metrics, self.queue.add, is_leader, self.caches
         )
-        if settings.admission == "builtin":
-            self.admission = AdmissionController(
-                api, settings, metrics, self.book, self.queue.add, is_leader, self.caches
-            )
         self._failures: dict[JobKey, int] = {}
         # The identity of each job being reconciled, to attach a Warning event to a job
         # whose reconcile failed in a way we did not foresee.
@@ -144,13 +129,11 @@ class Reconciler:
             t.start()
             self._threads.append(t)
         self.heartbeats.workers_started()
-        if self.admission is not None:
-            self.admission.start()
+        self.admission.start()
 
     def request_admission(self) -> None:
         """Something that can change admission happened (e.g. a quota changed)."""
-        if self.admission is not None:
-            self.admission.request()
+        self.admission.request()
 
     def enqueue_all(self) -> None:
         """Look at every job again (a replica that has just become the leader)."""
@@ -171,14 +154,13 @@ class Reconciler:
 
     def on_lost_leadership(self) -> None:
         """Another replica may now admit: verdicts of our passes no longer hold."""
-        self.book.clear()
+        self.admission.clear()
 
     def stop(self) -> None:
         """Stop the worker threads (after their current reconcile)."""
         self.heartbeats.workers_stopped()
         self.queue.shutdown()
-        if self.admission is not None:
-            self.admission.stop()
+        self.admission.stop()
         for t in self._threads:
             t.join(timeout=30)
         self._threads.clear()
@@ -278,38 +260,11 @@ class Reconciler:
         existing = {("ConfigMap", c["metadata"]["name"]) for c in config_maps}
         existing |= self.children.ensured(uid)
 
-        admission: dict[str, Any] = {}
-        placements: dict[str, Placement] = {}
+        # Who admits the job answers; a finished job is past admission (the planner keeps
+        # its final status), but its backend still hears of it (a Workload is Finished).
+        backend = self.admission.backend_of(job)
         terminal = (job.get("status") or {}).get("phase") in TERMINAL_PHASES
-        queued_in_kueue = self.kueue is not None and (
-            self.settings.admission == "kueue" or queue_of(job) is not None
-        )
-        if self.kueue is not None and queued_in_kueue and not terminal:
-            self.caches.watch_workloads_if_served()  # Kueue installed since the start
-            admission, placements = self.kueue.view(job, pods)
-            admission["kueue"] = True
-        elif self.admission is not None:
-            view = self.book.view(job)
-            admission = {
-                "admitted": view.admitted,
-                "admission_message": view.message,
-                "queue_position": view.position,
-                "preempted": view.preempted,
-            }
-            if view.reason:
-                admission["admission_reason"] = view.reason
-            # Pods not created yet go where the admission placed them (pinned to the node).
-            placements = {pod: Placement(node_name=node) for pod, node in view.placements.items()}
-            if view.admitted and view.domain:
-                admission["admitted_message"] = f"the whole gang fits, placed in {view.domain}"
-                admission["domain"] = view.domain
-            if view.admitted and view.size is not None:
-                admission["elastic_size"] = view.size
-            if view.resize is not None:
-                admission["resize"] = view.resize
-            if view.refit_pending:
-                admission["refit_pending"] = True
-                self.admission.request()  # the check it waits for (timer passes may sleep)
+        verdict = AdmissionVerdict(by=backend.name) if terminal else backend.view(job, pods)
         # Read only when named: most jobs have no claim, and the get costs a round trip.
         claim_name = checkpoint_claim_name(job)
         gone = self.pod_reads.vanished(job, pods)
@@ -323,13 +278,12 @@ class Reconciler:
             now=datetime.now(UTC),
             checkpoint_claim=self.api.get_pvc(namespace, claim_name) if claim_name else None,
             pod_events=self.pod_reads.events(job, pods),
-            placements=placements,
-            **admission,
+            admission=verdict,
         )
         plan = lifecycle.plan(observed, self.settings)
 
         old_status = job.get("status") or {}
-        written = self._record_admission_first(job, old_status, plan)
+        written = self._record_admission_first(job, old_status, plan, backend)
         if (
             plan.delete_pods
             or plan.force_delete_pods
@@ -363,9 +317,7 @@ class Reconciler:
             self._patch_status(namespace, name, status_patch(written, plan.status))
             if plan.status.get("restarts", 0) > old_status.get("restarts", 0):
                 self.metrics.restarts.labels(namespace=namespace).inc()
-        self._after_admission_step(job, written, plan.status, bool(plan.delete_pods))
-        if self.kueue is not None and queued_in_kueue:
-            self.kueue.after(job, str(plan.status.get("phase")))
+        self.admission.after(backend, job, written, plan.status, bool(plan.delete_pods))
         for event in plan.events:
             self.api.emit_event(job, event.type, event.reason, event.message)
         self.metrics.observe_phase(key, plan.status.get("phase"))
@@ -378,7 +330,7 @@ class Reconciler:
         return next_look(plan.requeue_after, unwatched, self.settings.resync_seconds)
 
     def _record_admission_first(
-        self, job: Obj, old: dict[str, Any], plan: lifecycle.Plan
+        self, job: Obj, old: dict[str, Any], plan: lifecycle.Plan, backend: AdmissionBackend
     ) -> dict[str, Any]:
         """A pass that admits a job and creates its pods writes Admitted=True first (the
         conditions only; the phase follows once the pods exist). An operator killed between
@@ -395,9 +347,7 @@ class Reconciler:
         meta = job["metadata"]
         self._patch_status(meta["namespace"], meta["name"], {"conditions": written["conditions"]})
         self.kill_points.reached(AFTER_ADMISSION_WRITTEN)
-        if self.admission is not None:
-            # Right after the write, as in any pass.
-            self._announce_admission(job, old, admitted_condition(written).get("message"))
+        backend.admitted(job, old, admitted_condition(written).get("message"))
         return written
 
     def _patch_status(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
@@ -427,50 +377,6 @@ class Reconciler:
         log.warning("job %s/%s is nested too deeply to plan: %s", meta["namespace"],
                     meta["name"], path[:200])  # fmt: skip
 
-    def _after_admission_step(
-        self, job: Obj, old: dict[str, Any], new: dict[str, Any], deleted_pods: bool
-    ) -> None:
-        """Keep the AdmissionBook in step with what the status now says, and ask for a pass
-        when room was freed or a job waits."""
-        if self.admission is None:
-            return
-        uid = job["metadata"]["uid"]
-        was, now = admitted_in(old), admitted_in(new)
-        if was and not now:
-            meta = job["metadata"]
-            log.info("admission of %s/%s withdrawn (%s, phase %s -> %s): %s", meta["namespace"],
-                     meta["name"], admitted_condition(new).get("reason"), old.get("phase"),
-                     new.get("phase"), admitted_condition(new).get("message", ""))  # fmt: skip
-        if (was and not now) or new.get("phase") in TERMINAL_PHASES:
-            self.book.forget(uid)
-        if now and not was:
-            self._announce_admission(job, old, admitted_condition(new).get("message"))
-        if (
-            admitted_condition(new).get("reason") == REASON_PODS_READY_TIMEOUT
-            and admitted_condition(old).get("reason") != REASON_PODS_READY_TIMEOUT
-        ):
-            self.metrics.pods_ready_timeouts.labels(namespace=job["metadata"]["namespace"]).inc()
-        changed = deleted_pods or was != now or old.get("phase") != new.get("phase")
-        if changed or (not now and uid not in self.book):  # or it waits for a first pass
-            self.admission.request()
-
-    def _announce_admission(self, job: Obj, old: dict[str, Any], message: str | None) -> None:
-        """The Admitted event and the admission-wait metric, once per admission; `message`
-        is the Admitted condition's (where the built-in admission placed the gang)."""
-        # The planner's events are per transition of the job; admission is the
-        # executor's news (the planner cannot tell a pass's admission from a restart).
-        said = "Kueue admitted its Workload" if queue_of(job) else message or "the whole gang fits"
-        self.api.emit_event(job, EVENT_NORMAL, REASON_ADMITTED, said)
-        meta = job["metadata"]
-        log.info("admitted %s/%s (uid %s, restarts %s, was %s)", meta["namespace"], meta["name"],
-                 meta["uid"], old.get("restarts", 0), old.get("phase"))  # fmt: skip
-        since = (old.get("admission") or {}).get("lastRequeueTime")
-        created = parse_time(since) or parse_time(job["metadata"].get("creationTimestamp"))
-        if created is not None:
-            wait = (datetime.now(UTC) - created).total_seconds()
-            ns = job["metadata"]["namespace"]
-            self.metrics.admission_wait_seconds.labels(namespace=ns).observe(wait)
-
     def _forget(self, key: JobKey, job: Obj | None) -> None:
         self.metrics.observe_phase(key, None)
         self.metrics.job_progress.observe(key, None, None)
@@ -478,8 +384,5 @@ class Reconciler:
         self._seen.pop(key, None)
         if job is not None:
             self.children.forget(job["metadata"]["uid"])
-            self.book.forget(job["metadata"]["uid"])
         self.caches.forget(job["metadata"]["uid"] if job is not None else None, key)
-        if self.kueue is not None:  # a Workload left behind would hold its Kueue quota
-            self.kueue.let_go(self.caches.workloads_of(*key), None)
-        self.request_admission()  # its pods and reservation free room
+        self.admission.forget(key, job)  # its reservation, its Workload

@@ -36,7 +36,6 @@ from dtjob_operator.admission.snapshot import (
 from dtjob_operator.api_client import is_transport_error
 from dtjob_operator.builders.job import elastic_size
 from dtjob_operator.k8s import KubeApi, versions
-from dtjob_operator.kueue.workload import queue_of
 from dtjob_operator.metrics import OperatorMetrics
 from dtjob_operator.policies.times import parse_time
 from dtjob_operator.policies.too_deep import too_deep_path
@@ -70,8 +69,12 @@ class AdmissionController:
         enqueue: Callable[[JobKey], None],
         is_leader: Callable[[], bool] = lambda: True,
         reads: Reads | None = None,
+        owns: Callable[[Any], bool] = lambda _job: True,
     ) -> None:
         self.api = api
+        # Which jobs this admission decides (router.py): the others' pods still count on the
+        # nodes and in the quotas like anyone's.
+        self.owns = owns
         self.reads: Reads = reads or api
         self.settings = settings
         self.metrics = metrics
@@ -174,9 +177,7 @@ class AdmissionController:
         namespaces = self.settings.namespaces or None
         fresh, self._fresh_jobs = self._fresh_jobs, False
         jobs = list(self.api.list_jobs(namespaces) if fresh else self.reads.list_jobs(namespaces))
-        # A job in a Kueue LocalQueue is Kueue's to admit (kueue/backend.py); its pods still
-        # count on the nodes and in the quotas like anyone's.
-        jobs = [j for j in jobs if queue_of(j) is None]
+        jobs = [j for j in jobs if self.owns(j)]
         live = {j["metadata"]["uid"] for j in jobs}
         self._gangs = {k: v for k, v in self._gangs.items() if k[0] in live}
         return {

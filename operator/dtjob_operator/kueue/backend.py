@@ -18,10 +18,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from dtjob_api.status import TERMINAL_PHASES, JobPhase
+from dtjob_api.status import TERMINAL_PHASES, AdmissionBackendName, JobPhase
+from dtjob_operator.admission.placement import PlacementConflict
+from dtjob_operator.admission.seam import (
+    AdmissionBackend,
+    AdmissionVerdict,
+    JobKey,
+    observe_admission_wait,
+)
 from dtjob_operator.builders import Job
 from dtjob_operator.builders.job import FULL_SIZE
 from dtjob_operator.constants import (
@@ -29,10 +37,8 @@ from dtjob_operator.constants import (
     REASON_NO_LOCAL_QUEUE,
     REASON_WAITING_FOR_KUEUE,
 )
-from dtjob_operator.k8s import KubeApi
+from dtjob_operator.kueue.api import KueueApi
 from dtjob_operator.kueue.verdict import (
-    Placement,
-    PlacementConflict,
     admitted_counts,
     admitted_message,
     condition,
@@ -52,7 +58,9 @@ from dtjob_operator.kueue.workload import (
     queue_of,
     workload_name,
 )
+from dtjob_operator.metrics import OperatorMetrics
 from dtjob_operator.settings import OperatorSettings
+from dtjob_operator.status import admitted_in
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
@@ -74,46 +82,54 @@ _ADMISSION_FIELDS = ("requeueState", "resourceRequests", "accumulatedPastExecuti
 _REQUEUED_AT_ONCE = ("Preempted", "NodeFailures")
 
 
-class KueueBackend:
+class KueueBackend(AdmissionBackend):
     """What Kueue says about a job, and the Workload kept in step with the job."""
+
+    name = AdmissionBackendName.KUEUE
 
     def __init__(
         self,
-        api: KubeApi,
+        api: KueueApi,
         settings: OperatorSettings,
         priority_classes: Callable[[], Sequence[Mapping[str, Any]]],
+        workloads_of: Callable[[str, str], Sequence[Obj]] = lambda _ns, _name: [],
+        watch_workloads: Callable[[], None] = lambda: None,
+        metrics: OperatorMetrics | None = None,
     ) -> None:
         self.api = api
         self.settings = settings
         self.priority_classes = priority_classes
+        self.workloads_of = workloads_of
+        self.watch_workloads = watch_workloads
+        self.metrics = metrics
         # The Workload each job's view() read, for after() in the same pass (a job is in one
         # worker at a time; no second read).
         self._read: dict[str, Obj | None] = {}
 
-    def view(
-        self, job_obj: Obj, pods: Sequence[Mapping[str, Any]]
-    ) -> tuple[dict[str, Any], dict[str, Placement]]:
-        """(the planner's admission inputs, pod name -> placement) for a labelled job."""
+    def view(self, job_obj: Obj, pods: Sequence[Obj]) -> AdmissionVerdict:
+        """Kueue's word on a job it holds, from the job's Workload."""
+        self.watch_workloads()  # Kueue may have been installed since the start
         job = Job.from_object(job_obj)
         queue = queue_of(job_obj) or self.settings.kueue_default_queue
         if not queue:
-            return {
-                "admitted": False,
-                "admission_reason": REASON_NO_LOCAL_QUEUE,
-                "admission_message": (
+            return AdmissionVerdict(
+                by=self.name,
+                admitted=False,
+                reason=REASON_NO_LOCAL_QUEUE,
+                message=(
                     f"this cluster admits jobs through Kueue (setting admission: kueue) and "
                     f"the job names no LocalQueue: label it {QUEUE_LABEL}=<a LocalQueue of "
                     f"namespace {job.namespace}> (kubectl label dtj {job.name} "
                     f"{QUEUE_LABEL}=<queue>), or ask the admin for a default (kueueDefaultQueue)"
                 ),
-            }, {}
+            )
         name = workload_name(job)
         workload = self.api.get_workload(job.namespace, name)
         self._read[job.uid] = workload
         if workload is None:
             priority = self._priority(job_obj, job)
             if isinstance(priority, str):
-                return self._waiting(priority), {}
+                return self._waiting(priority)
             # At its maximum: an elastic job's status may hold the size of an earlier
             # admission, and Kueue's partial admission picks the size from minCount up.
             full = Job.from_object(job_obj, size=FULL_SIZE)
@@ -121,7 +137,7 @@ class KueueBackend:
             created = self.api.create_workload(body)
             if created:
                 log.info("created Workload %s/%s in LocalQueue %s", job.namespace, name, queue)
-            return self._waiting(f"Workload {name} submitted to LocalQueue {queue}"), {}
+            return self._waiting(f"Workload {name} submitted to LocalQueue {queue}")
         active = (workload.get("spec") or {}).get("active", True) is not False
         if active == job.spec.suspend:
             # spec.suspend deactivates the Workload: Kueue evicts it and the quota goes back
@@ -133,39 +149,39 @@ class KueueBackend:
         if said.evicted is not None:
             reason, message = said.evicted
             if pods:  # the planner stops the gang (SIGTERM: a checkpoint is written)
-                return {"admitted": False,
-                        "preempted": f"Kueue evicted it ({reason}): {message}"}, {}  # fmt: skip
+                stop = f"Kueue evicted it ({reason}): {message}"
+                return AdmissionVerdict(by=self.name, admitted=False, stop=stop)
             if (condition(workload, "QuotaReserved") or {}).get("status") == "True":
                 self._release(workload, reason, message)
-            return self._waiting(f"Kueue evicted it ({reason}): {message}; queued again"), {}
+            return self._waiting(f"Kueue evicted it ({reason}): {message}; queued again")
         if not said.admitted:
             where = f"LocalQueue {queue}" + (
                 f", ClusterQueue {said.cluster_queue}" if said.cluster_queue else ""
             )
-            return self._waiting(f"Kueue ({where}): {said.waiting}"), {}
-        admitted: dict[str, Any] = {
-            "admitted": True, "admitted_message": admitted_message(workload)
-        }  # fmt: skip
+            return self._waiting(f"Kueue ({where}): {said.waiting}")
+        admitted = AdmissionVerdict(
+            by=self.name, admitted_message=admitted_message(workload), announce_changes=True
+        )
         size = self._elastic_size(job, workload)
         if size is not None:  # the gang is built at the workers Kueue admitted
             job = Job.from_object(job_obj, size=size)
-            admitted["elastic_size"] = size
+            admitted = replace(admitted, elastic_size=size)
         sets = pod_sets(job, self.settings)
         present = {str(p.get("metadata", {}).get("name")) for p in pods}
         if all(pod in present for s in sets for pod in s.pods):
-            return admitted, {}  # nothing to place: no flavor to read
+            return admitted  # nothing to place: no flavor to read
         flavors = {f: (self.api.get_resource_flavor(f) or {}).get("spec") or {}
                    for f in flavors_of(workload)}  # fmt: skip
         try:
             by_set = placements(workload, flavors)
         except PlacementConflict as exc:
-            return self._waiting(f"Kueue's admission cannot be applied: {exc}"), {}
+            return self._waiting(f"Kueue's admission cannot be applied: {exc}")
         by_pod = {
             pod: indexed(by_set[pod_set.name], LABEL_POD_SET_INDEX, index)
             for pod_set in sets if pod_set.name in by_set
             for index, pod in enumerate(pod_set.pods)
         }  # fmt: skip
-        return admitted, by_pod
+        return replace(admitted, placements=by_pod)
 
     @staticmethod
     def _elastic_size(job: Job, workload: Obj) -> int | None:
@@ -232,17 +248,19 @@ class KueueBackend:
         log.info("released the admission of Workload %s/%s after its eviction (%s)",
                  meta["namespace"], meta["name"], reason)  # fmt: skip
 
-    @staticmethod
-    def _waiting(message: str) -> dict[str, Any]:
-        return {
-            "admitted": False,
-            "admission_message": message,
-            "admission_reason": REASON_WAITING_FOR_KUEUE,
-        }
+    def _waiting(self, message: str) -> AdmissionVerdict:
+        return AdmissionVerdict(
+            by=self.name, admitted=False, message=message, reason=REASON_WAITING_FOR_KUEUE
+        )
 
-    def after(self, job_obj: Obj, phase: str) -> None:
+    def after(
+        self, job_obj: Obj, old: dict[str, Any], new: dict[str, Any], deleted_pods: bool
+    ) -> None:
         """After the pass: the Workload's PodsReady and Finished follow the job's phase."""
+        if self.metrics is not None and admitted_in(new) and not admitted_in(old):
+            observe_admission_wait(self.metrics, job_obj, old)
         uid = job_obj["metadata"]["uid"]
+        phase = str(new.get("phase"))
         if phase in TERMINAL_PHASES:
             self._read.pop(uid, None)
             self.finished(job_obj, phase)
@@ -284,6 +302,10 @@ class KueueBackend:
                                        "message": message, "lastTransitionTime": _now()}]},
         }  # fmt: skip
         self.api.apply_workload_status(body, PODS_READY_MANAGER)
+
+    def forget(self, key: JobKey, job: Obj | None) -> None:
+        """A Workload left behind would hold its Kueue quota."""
+        self.let_go(self.workloads_of(*key), None)
 
     def let_go(self, workloads: Sequence[Obj], live_uid: str | None) -> None:
         """The job went (or is going): its Workloads' finalizer is removed, as Kueue's job

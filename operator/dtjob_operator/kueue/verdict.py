@@ -11,10 +11,11 @@ Kueue's integrations do), and Kueue's labels and annotation on every pod.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from dtjob_api.status import KUEUE_ADMITTED_MESSAGE
+from dtjob_operator.admission.placement import Placement, merged
 from dtjob_operator.constants import KUEUE_GROUP
 
 POD_SET_LABEL = f"{KUEUE_GROUP}/podset"
@@ -32,24 +33,6 @@ TOPOLOGY_ANNOTATIONS = {
     "preferred": f"{KUEUE_GROUP}/podset-preferred-topology",
 }
 UNCONSTRAINED_ANNOTATION = f"{KUEUE_GROUP}/podset-unconstrained-topology"
-
-
-class PlacementConflict(ValueError):
-    """An admission check asks for a label, annotation or node selector the pods already
-    set to another value: the gang can never start as admitted."""
-
-
-@dataclass(frozen=True)
-class Placement:
-    """What Kueue's admission adds to the pods of one podSet."""
-
-    node_selector: dict[str, str] = field(default_factory=dict)
-    tolerations: list[dict[str, Any]] = field(default_factory=list)
-    labels: dict[str, str] = field(default_factory=dict)
-    annotations: dict[str, str] = field(default_factory=dict)
-    scheduling_gates: tuple[str, ...] = ()
-    node_name: str | None = None
-    """The built-in admission's topology placement: the pod may run on this node only."""
 
 
 @dataclass(frozen=True)
@@ -234,62 +217,12 @@ def _level_value(values: Mapping[str, Any], i: int) -> str:
     return f"{each.get('prefix') or ''}{root}{each.get('suffix') or ''}"
 
 
-def _merged(ours: dict[str, str], theirs: Mapping[str, str], what: str) -> dict[str, str]:
-    for key, value in theirs.items():
-        if ours.get(key, value) != value:
-            raise PlacementConflict(f"{what} {key}={value} conflicts with {key}={ours[key]}")
-    return {**ours, **theirs}
-
-
 def _with_update(placement: Placement, update: Mapping[str, Any], check: str) -> Placement:
     where = f"admission check {check}:"
     return Placement(
-        _merged(placement.node_selector, update.get("nodeSelector") or {}, f"{where} nodeSelector"),
+        merged(placement.node_selector, update.get("nodeSelector") or {}, f"{where} nodeSelector"),
         [*placement.tolerations, *(update.get("tolerations") or [])],
-        _merged(placement.labels, update.get("labels") or {}, f"{where} label"),
-        _merged(placement.annotations, update.get("annotations") or {}, f"{where} annotation"),
+        merged(placement.labels, update.get("labels") or {}, f"{where} label"),
+        merged(placement.annotations, update.get("annotations") or {}, f"{where} annotation"),
         placement.scheduling_gates,
     )
-
-
-def pinned(affinity: Mapping[str, Any] | None, node: str) -> dict[str, Any]:
-    """The pod's affinity with `node` required: a matchFields term on metadata.name ANDed
-    into every required term the template has (terms are ORed), or the only term."""
-    out = dict(affinity or {})
-    node_affinity = dict(out.get("nodeAffinity") or {})
-    required = dict(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {})
-    pin = {"key": "metadata.name", "operator": "In", "values": [node]}
-    terms = [dict(t) for t in required.get("nodeSelectorTerms") or []] or [{}]
-    for term in terms:
-        term["matchFields"] = [*(term.get("matchFields") or []), pin]
-    required["nodeSelectorTerms"] = terms
-    node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = required
-    out["nodeAffinity"] = node_affinity
-    return out
-
-
-def place(pod: dict[str, Any], placement: Placement) -> dict[str, Any]:
-    """The pod manifest with the placement merged in; the pod's own node selector keys
-    keep their values for flavor labels, and a conflicting admission-check value raises."""
-    meta, spec = dict(pod["metadata"]), dict(pod["spec"])
-    own = dict(spec.get("nodeSelector") or {})
-    flavor = {k: v for k, v in placement.node_selector.items() if k not in own}
-    spec["nodeSelector"] = {**own, **flavor}
-    spec["tolerations"] = [*(spec.get("tolerations") or []), *placement.tolerations]
-    meta["labels"] = _merged(dict(meta.get("labels") or {}), placement.labels, "label")
-    meta["annotations"] = _merged(
-        dict(meta.get("annotations") or {}), placement.annotations, "annotation"
-    )
-    if placement.scheduling_gates:
-        # Gates exist only at creation: the ungater lifts them once it has placed the pod.
-        own_gates = list(spec.get("schedulingGates") or [])
-        spec["schedulingGates"] = own_gates + [
-            {"name": g} for g in placement.scheduling_gates if {"name": g} not in own_gates
-        ]
-    if placement.node_name is not None:
-        spec["affinity"] = pinned(spec.get("affinity"), placement.node_name)
-    if not spec["nodeSelector"]:
-        del spec["nodeSelector"]
-    if not spec["tolerations"]:
-        del spec["tolerations"]
-    return {**pod, "metadata": meta, "spec": spec}

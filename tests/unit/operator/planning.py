@@ -8,6 +8,7 @@ from typing import Any
 
 from unit.operator.builders import JobBuilder, PodBuilder, a_job, a_pod, at, pods
 
+from dtjob_operator.admission.seam import AdmissionVerdict
 from dtjob_operator.lifecycle import Observed, Plan, plan
 from dtjob_operator.settings import OperatorSettings
 
@@ -42,7 +43,7 @@ def run(
             children=children,
             progress=progress,
             now=at(now),
-            admitted=admitted,
+            admission=AdmissionVerdict(admitted=admitted),
         ),
         SETTINGS,
     )

@@ -7,16 +7,22 @@ from typing import Any
 
 from unit.operator.builders import JobBuilder, PodBuilder, a_job, a_pod, at, iso, pods
 
+from dtjob_api.status import AdmissionBackendName
+from dtjob_operator.admission.seam import AdmissionVerdict
 from dtjob_operator.lifecycle import Observed, Plan, plan
 from dtjob_operator.settings import OperatorSettings
 from dtjob_operator.status import status_patch
 
 SETTINGS = OperatorSettings(pods_ready_timeout_seconds=60)
 DDP = a_job().with_workers(2, gpus=4)
+KUEUE = AdmissionBackendName.KUEUE
 
 
 def run(job: JobBuilder, *observed: PodBuilder, now: float = 0, **admission: Any) -> Plan:
-    return plan(Observed(job=job.obj(), pods=pods(*observed), now=at(now), **admission), SETTINGS)
+    """One planner pass; `admission`: the AdmissionVerdict's fields (admission/seam.py)."""
+    verdict = AdmissionVerdict(**admission)
+    return plan(Observed(job=job.obj(), pods=pods(*observed), now=at(now), admission=verdict),
+                SETTINGS)  # fmt: skip
 
 
 def after(job: JobBuilder, *observed: PodBuilder, now: float = 0, **admission: Any) -> JobBuilder:
@@ -38,12 +44,12 @@ def pod(index: int, created: float = 0, ready: bool = False) -> PodBuilder:
 
 
 def test_waiting_job_is_queued_with_position_and_holds_nothing() -> None:
-    p = run(DDP, admitted=False, admission_message="needs 8", queue_position=3)
+    p = run(DDP, admitted=False, message="needs 8", queue_position=3)
     assert p.status["phase"] == "Queued" and p.status["queuePosition"] == 3
     assert p.create == [] and cond(p, "Admitted")["message"] == "needs 8"
     assert [e.reason for e in p.events] == ["EphemeralCheckpoints", "WaitingForAdmission"]
     queued = DDP.copy().with_full_status(p.status)
-    again = run(queued, admitted=False, admission_message="needs 8", queue_position=2)
+    again = run(queued, admitted=False, message="needs 8", queue_position=2)
     assert again.events == [] and again.status["queuePosition"] == 2
     admitted = run(queued)
     assert admitted.status["phase"] == "Starting" and "queuePosition" not in admitted.status
@@ -51,7 +57,7 @@ def test_waiting_job_is_queued_with_position_and_holds_nothing() -> None:
 
 
 def test_inadmissible_reason_is_an_event_of_its_own() -> None:
-    p = run(DDP, admitted=False, admission_reason="Inadmissible", admission_message="never")
+    p = run(DDP, admitted=False, reason="Inadmissible", message="never")
     assert cond(p, "Admitted")["reason"] == "Inadmissible"
 
 
@@ -98,13 +104,13 @@ def test_no_timeout_once_running_or_when_off() -> None:
 
 def test_preempted_job_suspends_waits_and_resumes_when_admitted() -> None:
     running = after(after(DDP, now=0), pod(0, ready=True), pod(1, ready=True), now=5)
-    p = run(running, pod(0, ready=True), pod(1, ready=True), now=10, preempted="by urgent")
+    p = run(running, pod(0, ready=True), pod(1, ready=True), now=10, stop="by urgent")
     assert p.status["phase"] == "Suspended" and p.delete_pods == ["j-worker-0", "j-worker-1"]
     for type_ in ("Suspended", "Admitted", "Running"):
         assert cond(p, type_)["reason"] == "Preempted"
     assert p.status["admission"]["preemptions"] == 1
     victim = running.copy().with_full_status(p.status)
-    waiting = run(victim, now=20, admitted=False, admission_message="behind", queue_position=1)
+    waiting = run(victim, now=20, admitted=False, message="behind", queue_position=1)
     assert waiting.status["phase"] == "Suspended" and waiting.create == []
     assert cond(waiting, "Suspended")["status"] == "True"
     assert waiting.status["queuePosition"] == 1
@@ -126,10 +132,16 @@ def test_user_suspend_gives_up_the_admission() -> None:
 def test_a_queue_managers_admission_says_where_once() -> None:
     said = "admitted by Kueue in ClusterQueue gpus, flavors worker=h100"
     queued = after(DDP, admitted=False)
-    p = run(queued, now=30, admitted_message=said, kueue=True)
+    p = run(queued, now=30, admitted_message=said, by=KUEUE, announce_changes=True)
     assert cond(p, "Admitted")["message"] == said
     assert [e.message for e in p.events if e.reason == "Admitted"] == [said]
-    again = run(queued.copy().with_full_status(p.status), now=31, admitted_message=said, kueue=True)
+    again = run(
+        queued.copy().with_full_status(p.status),
+        now=31,
+        admitted_message=said,
+        by=KUEUE,
+        announce_changes=True,
+    )
     assert not any(e.reason == "Admitted" for e in again.events)
     built_in = run(queued, now=30)
     assert cond(built_in, "Admitted")["message"] == "the whole gang may start"
@@ -140,12 +152,16 @@ def test_a_topology_request_fails_where_nobody_here_places_the_gang() -> None:
     packed = DDP.copy().with_spec(placement={"topology": {"required": "example.com/rack"}})
     assert run(packed).status["phase"] == "Starting"  # the built-in admission places it
     external = OperatorSettings(admission="external")
-    p = plan(Observed(job=packed.obj(), pods=pods(), now=at(0)), external)
+    by_external = AdmissionVerdict(by=AdmissionBackendName.EXTERNAL)
+    p = plan(Observed(job=packed.obj(), pods=pods(), now=at(0), admission=by_external), external)
     assert p.status["phase"] == "Failed" and p.create == []
     failed = cond(p, "Failed")
     assert failed["reason"] == "InvalidSpec" and "spec.placement.topology" in failed["message"]
     assert "kueue.x-k8s.io/queue-name" in failed["message"]
-    kueue = plan(Observed(job=packed.obj(), pods=pods(), now=at(0), kueue=True), external)
+    kueue = plan(
+        Observed(job=packed.obj(), pods=pods(), now=at(0), admission=AdmissionVerdict(by=KUEUE)),
+        external,
+    )
     assert kueue.status["phase"] == "Starting"
 
 
@@ -164,10 +180,10 @@ def test_the_built_in_placement_domain_is_kept_in_the_status_until_queued_again(
     assert cond(later, "Admitted")["message"] == said
     running = after(starting, pod(0, ready=True), pod(1, ready=True), now=45)
     victim = running.copy().with_full_status(
-        run(running, pod(0, ready=True), pod(1, ready=True), now=50, preempted="by urgent").status
+        run(running, pod(0, ready=True), pod(1, ready=True), now=50, stop="by urgent").status
     )
     assert victim.obj()["status"]["admission"]["domain"] == "example.com/rack=r3"
-    waiting = run(victim, now=60, admitted=False, admission_message="behind", queue_position=1)
+    waiting = run(victim, now=60, admitted=False, message="behind", queue_position=1)
     assert "domain" not in waiting.status["admission"]  # the next admission places it again
     patch = status_patch(victim.obj()["status"], waiting.status)
     assert patch["admission"] == {"preemptions": 1, "domain": None}
@@ -204,10 +220,8 @@ def test_an_elastic_job_starts_at_the_size_it_was_admitted_with() -> None:
     # Preempted and queued again, it is sized again at its next admission.
     gang = [a_pod(elastic, "worker", i).running().ready() for i in range(3)]
     running = after(starting, *gang, now=45)
-    victim = running.copy().with_full_status(
-        run(running, *gang, now=50, preempted="by urgent").status
-    )
-    waiting = run(victim, now=60, admitted=False, admission_message="behind")
+    victim = running.copy().with_full_status(run(running, *gang, now=50, stop="by urgent").status)
+    waiting = run(victim, now=60, admitted=False, message="behind")
     assert "replicas" not in waiting.status["elastic"]
 
 

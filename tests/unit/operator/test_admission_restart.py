@@ -11,6 +11,7 @@ from unit.operator.test_admission import node, snapshot, view
 
 from dtjob_operator.admission.book import AdmissionBook
 from dtjob_operator.admission.decide import Decisions, decide
+from dtjob_operator.admission.seam import AdmissionVerdict
 from dtjob_operator.admission.snapshot import build_snapshot, gang_pods, is_admitted
 from dtjob_operator.constants import REASON_INADMISSIBLE, REASON_WAITING_FOR_ADMISSION
 from dtjob_operator.lifecycle import Observed, plan
@@ -174,7 +175,10 @@ def test_book_holds_a_restarted_gang_until_a_pass_has_checked_its_generation() -
 
 def test_planner_creates_a_restarted_gang_only_once_a_pass_has_checked_it() -> None:
     job = _restarting()
-    held = plan(Observed(job=job.obj(), pods=[], now=at(0), refit_pending=True), SETTINGS)
+    held = plan(
+        Observed(job=job.obj(), pods=[], now=at(0), admission=AdmissionVerdict(refit_pending=True)),
+        SETTINGS,
+    )
     assert [m for m in held.create if m["kind"] == "Pod"] == []
     assert held.status["phase"] == "Restarting"
     assert held.requeue_after is not None and held.requeue_after > 0
@@ -185,7 +189,8 @@ def test_planner_creates_a_restarted_gang_only_once_a_pass_has_checked_it() -> N
     # A gang created before the check's news (the status write was lost) is completed, not
     # held for a pass that would never call it restarted.
     created = a_pod(job, "worker", 0, generation=1).running()
-    partial = plan(Observed(job=job.obj(), pods=pods(created), now=at(0), refit_pending=True),
+    unchecked = AdmissionVerdict(refit_pending=True)
+    partial = plan(Observed(job=job.obj(), pods=pods(created), now=at(0), admission=unchecked),
                    SETTINGS)  # fmt: skip
     assert [m["metadata"]["name"] for m in partial.create if m["kind"] == "Pod"] == ["j-worker-1"]
 
@@ -195,8 +200,8 @@ def test_planner_puts_a_released_restarted_gang_back_in_the_queue_with_a_warning
     message = "the restarted gang no longer fits (needs ...); it waits in the queue again"
     p = plan(
         Observed(
-            job=job.obj(), pods=[], now=at(0), admitted=False,
-            admission_message=message, admission_reason=REASON_WAITING_FOR_ADMISSION,
+            job=job.obj(), pods=[], now=at(0), admission=AdmissionVerdict(
+                admitted=False, message=message, reason=REASON_WAITING_FOR_ADMISSION),
         ),
         SETTINGS,
     )  # fmt: skip

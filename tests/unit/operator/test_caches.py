@@ -292,7 +292,7 @@ def test_the_job_pod_trim_keeps_every_decision_of_the_planner_and_the_admission(
 
     def planned(pods: list[dict[str, Any]]) -> Any:
         observed = Observed(job=STARTING.obj(), pods=pods, children=frozenset(),
-                            progress=None, now=at(30), admitted=True)  # fmt: skip
+                            progress=None, now=at(30))  # fmt: skip
         p = plan(observed, SETTINGS)
         return p.status, [m["metadata"]["name"] for m in p.create], p.delete_pods, p.events
 

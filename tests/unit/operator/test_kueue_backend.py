@@ -21,13 +21,10 @@ class NoApi:
 
 def test_a_job_without_a_queue_waits_and_says_how_to_name_one() -> None:
     backend = KueueBackend(NoApi(), OperatorSettings(admission="kueue"), lambda: [])  # type: ignore[arg-type]
-    admission, placements = backend.view(a_job("train", "team-a").with_workers(2).obj(), [])
-    assert admission["admitted"] is False and placements == {}
-    assert admission["admission_reason"] == "NoLocalQueue"
-    assert (
-        "kubectl label dtj train kueue.x-k8s.io/queue-name=<queue>"
-        in admission["admission_message"]
-    )
+    said = backend.view(a_job("train", "team-a").with_workers(2).obj(), [])
+    assert said.admitted is False and said.placements == {} and said.by == "kueue"
+    assert said.reason == "NoLocalQueue"
+    assert "kubectl label dtj train kueue.x-k8s.io/queue-name=<queue>" in said.message
 
 
 class Classes:
@@ -113,11 +110,11 @@ def test_a_partially_admitted_elastic_job_runs_at_the_count_kueue_admitted() -> 
         "admission": {"clusterQueue": "gpus", "podSetAssignments": [assigned]},
     }
     backend = KueueBackend(AdmittedApi(full), OperatorSettings(), lambda: [])  # type: ignore[arg-type]
-    admission, placements = backend.view(obj, [])
-    assert admission["admitted"] and admission["elastic_size"] == 2
-    assert admission["admitted_message"].endswith("worker partially admitted: 2 of 4 pods")
-    assert sorted(placements) == ["flex-worker-0", "flex-worker-1"]
+    said = backend.view(obj, [])
+    assert said.admitted and said.elastic_size == 2
+    assert said.admitted_message.endswith("worker partially admitted: 2 of 4 pods")
+    assert sorted(said.placements) == ["flex-worker-0", "flex-worker-1"]
     # A job that is not elastic gets no size: its gang is the spec's.
     fixed = a_job("flex", "team-a").with_workers(2, gpus=1).obj()
     fixed["metadata"]["labels"] = obj["metadata"]["labels"]
-    assert "elastic_size" not in backend.view(fixed, [])[0]
+    assert backend.view(fixed, []).elastic_size is None

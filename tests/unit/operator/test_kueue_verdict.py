@@ -8,14 +8,12 @@ from typing import Any
 
 import pytest
 
+from dtjob_operator.admission.placement import Placement, PlacementConflict, place
 from dtjob_operator.kueue.verdict import (
-    Placement,
-    PlacementConflict,
     admitted_counts,
     admitted_message,
     flavors_of,
     indexed,
-    place,
     placements,
     topology_domains,
     verdict,

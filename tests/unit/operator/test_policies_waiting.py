@@ -6,6 +6,8 @@ import pytest
 from unit.operator.builders import PodBuilder, a_job, a_pod, at, pods
 from unit.operator.planning import DDP, SETTINGS, STARTING, after, condition, run, w
 
+from dtjob_api.status import AdmissionBackendName
+from dtjob_operator.admission.seam import AdmissionVerdict
 from dtjob_operator.lifecycle import Observed, plan
 from dtjob_operator.policies.waiting import why_not_running
 from dtjob_operator.settings import OperatorSettings
@@ -109,8 +111,12 @@ def test_external_admission_still_has_a_pods_ready_timeout() -> None:
     timeout = settings.pods_ready_timeout_seconds
     job = DDP.copy().with_run_policy(admissionRetryLimit=1)
 
+    external = AdmissionVerdict(by=AdmissionBackendName.EXTERNAL)
+
     def step(j, *observed, now):  # type: ignore[no-untyped-def]
-        return plan(Observed(job=j.obj(), pods=pods(*observed), now=at(now)), settings)
+        return plan(
+            Observed(job=j.obj(), pods=pods(*observed), now=at(now), admission=external), settings
+        )
 
     stuck = (w(0).waiting("ErrImagePull").created(0), w(1).waiting("ErrImagePull").created(0))
     starting = job.copy().with_full_status(step(job, now=0).status)

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from dtjob_operator.admission.fit import Node, PodDemand, place
+from dtjob_operator.admission.placement import Placement
+from dtjob_operator.admission.placement import place as place_pod
 from dtjob_operator.admission.resources import pod_host_ports
 from dtjob_operator.admission.snapshot import pinned_node, topology_request
 from dtjob_operator.admission.topology import GangPlacement, TopologyRequest, commit, place_gang
-from dtjob_operator.kueue.verdict import Placement
-from dtjob_operator.kueue.verdict import place as place_pod
 
 GPU = "nvidia.com/gpu"
 BLOCK, RACK, HOST = "example.com/block", "example.com/rack", "kubernetes.io/hostname"

@@ -1,0 +1,116 @@
+"""Which admission backend holds a job (seam.py): the one place that reads the operator's
+admission mode and the job's Kueue queue label.
+
+- mode "kueue": every job is Kueue's (one without the label goes to kueueDefaultQueue);
+- mode "external": every job is the external backend's (labels are someone else's);
+- mode "builtin" (the default): a job labelled kueue.x-k8s.io/queue-name is Kueue's, any
+  other the built-in admission's. A job that Kueue held (status.admission.backend) and
+  that lost its label stays Kueue's until Kueue's adapter has handed it over: its gang
+  stopped and its Workload gone, so that no quota is held twice and no two admissions ever
+  hold pods of the same job (kueue/backend.py, `_handover`).
+
+The reconcile asks `backend_of(job)`, hands the backend's verdict to the planner and tells
+the same backend what the pass did; it never reads the mode or the label itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from dtjob_operator.admission.builtin import BuiltinBackend
+from dtjob_operator.admission.controller import Reads
+from dtjob_operator.admission.external import ExternalBackend
+from dtjob_operator.admission.seam import AdmissionBackend, JobKey, Obj
+from dtjob_operator.k8s import KubeApi
+from dtjob_operator.kueue.api import KueueApi
+from dtjob_operator.kueue.backend import KueueBackend
+from dtjob_operator.kueue.workload import queue_of
+from dtjob_operator.metrics import OperatorMetrics
+from dtjob_operator.settings import OperatorSettings
+
+
+class Caches(Reads, Protocol):
+    """What the backends read from the operator's caches (caches.py)."""
+
+    def workloads_of(self, namespace: str, job_name: str) -> list[Obj]: ...
+    def watch_workloads_if_served(self) -> None: ...
+
+
+class AdmissionRouter:
+    """The operator's admission backends, and which one holds each job."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        settings: OperatorSettings,
+        metrics: OperatorMetrics,
+        enqueue: Callable[[JobKey], None],
+        is_leader: Callable[[], bool],
+        caches: Caches,
+    ) -> None:
+        self.mode = settings.admission
+        self.builtin: BuiltinBackend | None = None
+        self.kueue: KueueBackend | None = None
+        self.external: ExternalBackend | None = None
+        if self.mode in ("builtin", "kueue"):
+            self.kueue = KueueBackend(
+                KueueApi(api.custom), settings, caches.list_priority_classes,
+                caches.workloads_of, caches.watch_workloads_if_served, metrics,
+            )  # fmt: skip
+        if self.mode == "builtin":
+            self.builtin = BuiltinBackend(
+                api, settings, metrics, enqueue, is_leader, caches,
+                owns=lambda job: self.backend_of(job) is self.builtin,
+            )  # fmt: skip
+        if self.mode == "external":
+            self.external = ExternalBackend()
+        self.backends: list[AdmissionBackend] = [
+            b for b in (self.builtin, self.kueue, self.external) if b is not None
+        ]
+
+    def backend_of(self, job: Obj) -> AdmissionBackend:
+        """The backend that holds `job` (see the module docstring)."""
+        if self.kueue is not None and self.mode == "kueue":
+            return self.kueue
+        if self.external is not None:
+            return self.external
+        assert self.builtin is not None and self.kueue is not None
+        if queue_of(job) is not None:
+            return self.kueue
+        return self.builtin
+
+    def after(
+        self,
+        backend: AdmissionBackend,
+        job: Obj,
+        old: dict[str, Any],
+        new: dict[str, Any],
+        deleted_pods: bool,
+    ) -> None:
+        """Tell `backend` what the pass wrote; the built-in admission also counts the pods
+        of jobs it does not hold on its nodes and quotas, so room they free wakes it."""
+        backend.after(job, old, new, deleted_pods)
+        moved = deleted_pods or old.get("phase") != new.get("phase")
+        if self.builtin is not None and backend is not self.builtin and moved:
+            self.builtin.request()
+
+    def request(self) -> None:
+        for backend in self.backends:
+            backend.request()
+
+    def forget(self, key: JobKey, job: Obj | None) -> None:
+        for backend in self.backends:
+            backend.forget(key, job)
+
+    def start(self) -> None:
+        for backend in self.backends:
+            backend.start()
+
+    def stop(self) -> None:
+        for backend in self.backends:
+            backend.stop()
+
+    def clear(self) -> None:
+        for backend in self.backends:
+            backend.clear()
