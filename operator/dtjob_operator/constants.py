@@ -171,3 +171,16 @@ KUEUE_VERSION: Final = "v1beta2"
 KUEUE_QUEUE_LABEL: Final = f"{KUEUE_GROUP}/queue-name"
 REASON_WAITING_FOR_KUEUE: Final = "WaitingForKueue"
 REASON_NO_LOCAL_QUEUE: Final = "NoLocalQueue"
+# Kueue (or an admin: kueuectl stop workload) deactivated the job's Workload: its gang stops
+# and the job stays Suspended until the Workload is active again.
+REASON_DEACTIVATED: Final = "Deactivated"
+# The job's admission went away under a gang that holds pods (its Workload deleted, or not
+# admitted any more; its queue label added or removed): the gang stops, and the job queues
+# again once its pods are gone, never holding pods beside a new admission.
+REASON_ADMISSION_WITHDRAWN: Final = "AdmissionWithdrawn"
+# Kueue's admission cannot be applied to the pods (an admission check's podSetUpdate
+# conflicts with them): the Workload is Finished (FailedToStart) and the job fails.
+REASON_ADMISSION_CONFLICT: Final = "AdmissionConflict"
+# On a Workload the operator deactivated for the job's own spec.suspend (and only then):
+# resuming the job activates it again; a Workload deactivated without it stays so.
+ANNOTATION_SUSPENDED_BY_JOB: Final = f"{DOMAIN}/deactivated-for-suspend"

@@ -66,6 +66,7 @@ API_CALLS: frozenset[tuple[str, str, str]] = frozenset(
         ("kueue.x-k8s.io", "workloads", "get"),
         ("kueue.x-k8s.io", "workloads", "create"),
         ("kueue.x-k8s.io", "workloads", "patch"),  # spec.active; finalizers let go
+        ("kueue.x-k8s.io", "workloads", "delete"),  # a job whose queue label was removed
         ("kueue.x-k8s.io", "workloads", "list"),  # is Kueue there; a deleted job's
         ("kueue.x-k8s.io", "workloads/status", "patch"),
         ("kueue.x-k8s.io", "resourceflavors", "get"),

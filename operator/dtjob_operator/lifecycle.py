@@ -168,8 +168,10 @@ class _Planner(ElasticSteps):
             return self._refused(refused)
         if self.spec.suspend:
             return self._suspend()
+        if self.o.admission.fail is not None:
+            return self._fail(*self.o.admission.fail)
         if self.o.admission.stop is not None:
-            return self._preempt(self.o.admission.stop)
+            return self._stop_for_admission(self.o.admission.stop, self.o.admission.stop_reason)
         if self.o.admission.resize is not None and self._resizable(self.o.admission.resize[0]):
             return self._resize(*self.o.admission.resize)
         if self.prior_phase == JobPhase.SUSPENDED and not self._waiting_after_preemption():
@@ -223,15 +225,25 @@ class _Planner(ElasticSteps):
         self.gang = []
         return self._render()
 
-    def _preempt(self, message: str) -> Plan:
-        """The admission suspends this job for a higher-priority one (see the docstring)."""
+    def _stop_for_admission(self, message: str, reason: str) -> Plan:
+        """The admission stops this job's gang (see the docstring, 4b): preempted for a
+        higher-priority job, evicted or deactivated by Kueue, its admission withdrawn.
+        The admission says so on every pass until the pods are gone; the episode is one
+        preemption and one Event. As for a batch/v1 Job suspended, the deadline clock
+        restarts on resume: time spent queued again does not count."""
         self.delete.update(live_names(self.o.pods))
+        again = self.prior_phase == JobPhase.SUSPENDED and (
+            self._prior_condition(CONDITION_SUSPENDED).get("reason") == reason
+        )
         self.phase = JobPhase.SUSPENDED
-        self._condition(CONDITION_SUSPENDED, True, REASON_PREEMPTED, message)
-        self._condition(CONDITION_RUNNING, False, REASON_PREEMPTED, message)
-        self._condition(CONDITION_ADMITTED, False, REASON_PREEMPTED, message)
-        self._event(EVENT_WARNING, REASON_PREEMPTED, message)
-        self.admission["preemptions"] = int(self.admission.get("preemptions") or 0) + 1
+        self.start_time = None
+        self._condition(CONDITION_SUSPENDED, True, reason, message)
+        self._condition(CONDITION_RUNNING, False, reason, message)
+        self._condition(CONDITION_ADMITTED, False, reason, message)
+        if not again:
+            self._event(EVENT_WARNING, reason, message)
+            if reason == REASON_PREEMPTED:
+                self.admission["preemptions"] = int(self.admission.get("preemptions") or 0) + 1
         self.gang = []
         self.requeue.append(self.settings.resync_seconds)
         return self._render()
@@ -372,7 +384,7 @@ class _Planner(ElasticSteps):
             reason = self.o.admission.reason
             prior = self._prior_condition(CONDITION_ADMITTED)
             if preempted and self.o.admission.reason == REASON_WAITING_FOR_ADMISSION:
-                reason = REASON_PREEMPTED  # keep saying why it stopped while it waits
+                reason = preempted  # keep saying why it stopped while it waits
             self._condition(CONDITION_ADMITTED, False, reason, message)
             if not preempted and (
                 self.prior_phase != JobPhase.QUEUED or prior.get("reason") != reason

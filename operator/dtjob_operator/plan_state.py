@@ -22,8 +22,10 @@ from dtjob_operator.constants import (
     CONDITION_RUNNING,
     CONDITION_SUSPENDED,
     EVENT_WARNING,
+    REASON_ADMISSION_WITHDRAWN,
     REASON_CHILD_CONFLICT,
     REASON_CREATE_FAILED,
+    REASON_DEACTIVATED,
     REASON_PODS_NOT_READY,
     REASON_PREEMPTED,
 )
@@ -39,6 +41,9 @@ from dtjob_operator.policies.times import parse_time, seconds_until
 from dtjob_operator.policies.waiting import why_not_running
 from dtjob_operator.settings import OperatorSettings
 from dtjob_operator.status import ConditionUpdate, StatusDecision, compute_status
+
+# The Suspended reasons of a job whose gang the admission stopped (lifecycle, step 4b).
+STOPPED_BY_ADMISSION = frozenset({REASON_PREEMPTED, REASON_DEACTIVATED, REASON_ADMISSION_WITHDRAWN})
 
 
 class PlanState:
@@ -71,6 +76,8 @@ class PlanState:
         self.requeue: list[float] = []
         self.queue_position: int | None = None
         self.admission: dict[str, Any] = dict(self.prior.get("admission") or {})
+        # Who holds the job (admission/router.py hands a job over by it).
+        self.admission["backend"] = observed.admission.by.value
         self.elastic: dict[str, Any] = dict(self.prior.get("elastic") or {})
         self.storage: StorageVerdict | None = None
         self._built: dict[int, list[Manifest]] = {}
@@ -100,16 +107,20 @@ class PlanState:
             self._event(EVENT_WARNING, waiting.reason, message)
         self._condition(CONDITION_RUNNING, False, waiting.reason, message)
 
-    def _waiting_after_preemption(self) -> bool:
-        """Preempted earlier and not admitted again yet: the job stays Suspended."""
+    def _waiting_after_preemption(self) -> str | None:
+        """Stopped by the admission earlier (preempted, evicted, deactivated, its admission
+        withdrawn) and not admitted again yet: the job stays Suspended. The reason it was
+        stopped for, or None."""
         if self.o.admission.admitted:
-            return False
-        return any(
-            c.get("type") == CONDITION_SUSPENDED
-            and c.get("reason") == REASON_PREEMPTED
-            and c.get("status") == "True"
-            for c in self.prior.get("conditions") or []
-        )
+            return None
+        for c in self.prior.get("conditions") or []:
+            if (
+                c.get("type") == CONDITION_SUSPENDED
+                and c.get("reason") in STOPPED_BY_ADMISSION
+                and c.get("status") == "True"
+            ):
+                return str(c["reason"])
+        return None
 
     def _pods_ready_deadline(self) -> datetime | None:
         """When the current gang must be all ready (under either admission: an external

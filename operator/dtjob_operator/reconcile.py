@@ -262,7 +262,7 @@ class Reconciler:
 
         # Who admits the job answers; a finished job is past admission (the planner keeps
         # its final status), but its backend still hears of it (a Workload is Finished).
-        backend = self.admission.backend_of(job)
+        backend = self.admission.route(job)
         terminal = (job.get("status") or {}).get("phase") in TERMINAL_PHASES
         verdict = AdmissionVerdict(by=backend.name) if terminal else backend.view(job, pods)
         # Read only when named: most jobs have no claim, and the get costs a round trip.

@@ -118,10 +118,11 @@ tests/unit/operator/test_chart.py fails on any difference.
   verbs: [get, create]
 # Jobs in a Kueue LocalQueue (docs/kueue.md): their Workloads (watched, so that Kueue's
 # admission wakes the job), and the conditions applied to a Workload's status (PodsReady,
-# Finished, an evicted gang's release). Unused where Kueue is not installed.
+# Finished, an evicted gang's release), and the Workload of a job whose queue label was
+# removed (deleted, so that its quota goes back). Unused where Kueue is not installed.
 - apiGroups: [kueue.x-k8s.io]
   resources: [workloads]
-  verbs: [get, list, watch, create, patch]
+  verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [kueue.x-k8s.io]
   resources: [workloads/status]
   verbs: [patch]

@@ -15,9 +15,10 @@ the same backend what the pass did; it never reads the mode or the label itself.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from dtjob_api.status import TERMINAL_PHASES, AdmissionBackendName
 from dtjob_operator.admission.builtin import BuiltinBackend
 from dtjob_operator.admission.controller import Reads
 from dtjob_operator.admission.external import ExternalBackend
@@ -28,6 +29,13 @@ from dtjob_operator.kueue.backend import KueueBackend
 from dtjob_operator.kueue.workload import queue_of
 from dtjob_operator.metrics import OperatorMetrics
 from dtjob_operator.settings import OperatorSettings
+
+
+def recorded_backend(job: Obj) -> str | None:
+    """status.admission.backend: who held the job at its last status write."""
+    admission = (job.get("status") or {}).get("admission")
+    value = admission.get("backend") if isinstance(admission, Mapping) else None
+    return str(value) if value else None
 
 
 class Caches(Reads, Protocol):
@@ -78,7 +86,21 @@ class AdmissionRouter:
         assert self.builtin is not None and self.kueue is not None
         if queue_of(job) is not None:
             return self.kueue
+        if recorded_backend(job) == AdmissionBackendName.KUEUE:
+            phase = (job.get("status") or {}).get("phase")
+            if phase not in TERMINAL_PHASES:
+                return self.kueue  # until Kueue's adapter has handed the job over
         return self.builtin
+
+    def route(self, job: Obj) -> AdmissionBackend:
+        """backend_of(job), and the backend that held the job before (when another) lets
+        go of it: the built-in admission's reservation of a job that went to Kueue."""
+        backend = self.backend_of(job)
+        before = recorded_backend(job)
+        for other in self.backends:
+            if other is not backend and other.name == before:
+                other.release(job)
+        return backend
 
     def after(
         self,

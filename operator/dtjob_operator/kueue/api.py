@@ -19,6 +19,24 @@ log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 
 
+def _names_the_object(exc: ApiException) -> bool:
+    """A 404 about the object (its Status names it), not about the resource type (the API
+    server's "could not find the requested resource" names none)."""
+    try:
+        body = json.loads(exc.body or "{}")
+    except (TypeError, ValueError):
+        return False
+    return bool(((body or {}).get("details") or {}).get("name"))
+
+
+class KueueNotServed(Exception):
+    """Kueue's Workload API answered 404 (not installed) or 403 (not granted)."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
+
+
 class KueueApi:
     """The Kueue calls, over the operator's CustomObjectsApi."""
 
@@ -26,11 +44,21 @@ class KueueApi:
         self.custom = custom
 
     def get_workload(self, namespace: str, name: str) -> Obj | None:
-        """A kueue.x-k8s.io Workload as raw JSON, or None when it does not exist."""
-        return read_or_none(
-            self.custom.get_namespaced_custom_object,
-            KUEUE_GROUP, KUEUE_VERSION, namespace, "workloads", name,
-        )  # fmt: skip
+        """A kueue.x-k8s.io Workload as raw JSON, or None when it does not exist. Raises
+        KueueNotServed where the API itself is missing (Kueue not installed, or
+        uninstalled) or forbidden to the operator."""
+        try:
+            resp = self.custom.get_namespaced_custom_object(
+                KUEUE_GROUP, KUEUE_VERSION, namespace, "workloads", name, _preload_content=False
+            )
+        except ApiException as exc:
+            if exc.status == 404 and _names_the_object(exc):
+                return None
+            if exc.status in (403, 404):
+                raise KueueNotServed(exc.status) from exc
+            raise
+        obj: Obj = json.loads(cast(Any, resp).data)
+        return obj
 
     def serves_workloads(self, namespace: str | None) -> bool:
         """Whether Kueue's Workload API is installed and readable now: one list of at most
@@ -122,3 +150,13 @@ class KueueApi:
             KUEUE_GROUP, KUEUE_VERSION, meta["namespace"], "workloads", meta["name"], body,
             field_manager=manager, force=True, _content_type="application/apply-patch+yaml",
         )  # fmt: skip
+
+    def delete_workload(self, namespace: str, name: str) -> None:
+        """Delete a Workload (gone already is fine)."""
+        try:
+            self.custom.delete_namespaced_custom_object(
+                KUEUE_GROUP, KUEUE_VERSION, namespace, "workloads", name
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise

@@ -1,17 +1,27 @@
-"""The Kueue admission backend's reads and writes (docs/design/kueue-contract.md, section 8):
-for a job labelled kueue.x-k8s.io/queue-name, what the planner's admission inputs are, from
-the job's Workload; and the Workload's own lifecycle (created while the job waits, Finished
-when the job ends).
+"""The Kueue admission backend (admission/seam.py; docs/design/kueue-contract.md, section 8):
+for a job Kueue holds, the verdict from its Workload, and the Workload kept in step with the
+job, the way Kueue's own job integrations keep theirs (jobframework/reconciler.go).
 
-The planner does not learn which backend answered: it gets `admitted`, a message and reason
-while it waits, `preempted` when Kueue evicts a running gang, and the pods' placements.
-Built: create (priority from the pods' PriorityClass), wait with Kueue's message, admit
-with the flavors' placement, PodsReady, stop an evicted gang and, once its pods are gone,
-hand the quota back (the admission cleared, as Kueue's job integrations do), spec.suspend
-as the Workload's spec.active, Finished, priority from a WorkloadPriorityClass, topology
-(gated pods that Kueue's ungater places in rank order), partial admission of an elastic job
-(the gang built at the count Kueue admitted). Not yet (docs/kueue.md): workload slices (a
-Kueue-admitted elastic job does not grow), a Workload cache (it is read per reconcile).
+Read top to bottom, `view` is that reconciler's order:
+1. A job that left Kueue (its queue label removed, admission mode builtin) is handed over:
+   its gang stops, then its Workload is deleted (the quota goes back at once) and the
+   built-in admission takes it.
+2. No Workload: create it; but while pods of the job still run (the Workload was deleted
+   under them, or the job just came to Kueue) the gang stops first: pods never run beside
+   an admission they do not hold.
+3. spec.suspend: the gang stops; the Workload is deactivated once its pods are gone (Kueue
+   gives an inactive Workload's quota back at once), and activated again on resume. The
+   operator writes spec.active only for the job's spec.suspend.
+4. Deactivated by Kueue or an admin (kueuectl stop workload, waitForPodsReady's requeue
+   limit, a rejected AdmissionCheck): the gang stops and the job stays Suspended, saying
+   who and why, until the Workload is active again.
+5. Evicted: the gang stops (one preemption); once its pods are gone the admission is
+   handed back and the Workload queues again.
+6. Not admitted: the job waits with Kueue's message (a gang that still holds pods stops).
+7. Admitted: the gang's size and placement; an admission that cannot be applied finishes
+   the Workload (FailedToStart) and fails the job.
+Not yet (docs/kueue.md): workload slices (a Kueue-admitted elastic job does not grow), a
+Workload cache (it is read per reconcile).
 """
 
 from __future__ import annotations
@@ -19,11 +29,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from datetime import UTC, datetime
 from typing import Any
 
 from dtjob_api.status import TERMINAL_PHASES, AdmissionBackendName, JobPhase
-from dtjob_operator.admission.placement import PlacementConflict
+from dtjob_operator.admission.placement import PlacementConflict, place
 from dtjob_operator.admission.seam import (
     AdmissionBackend,
     AdmissionVerdict,
@@ -31,13 +40,19 @@ from dtjob_operator.admission.seam import (
     observe_admission_wait,
 )
 from dtjob_operator.builders import Job
+from dtjob_operator.builders.children import build_pods
 from dtjob_operator.builders.job import FULL_SIZE
 from dtjob_operator.constants import (
+    ANNOTATION_SUSPENDED_BY_JOB,
     LABEL_POD_SET_INDEX,
+    REASON_ADMISSION_CONFLICT,
+    REASON_ADMISSION_WITHDRAWN,
+    REASON_DEACTIVATED,
     REASON_NO_LOCAL_QUEUE,
+    REASON_WAITING_FOR_ADMISSION,
     REASON_WAITING_FOR_KUEUE,
 )
-from dtjob_operator.kueue.api import KueueApi
+from dtjob_operator.kueue.api import KueueApi, KueueNotServed
 from dtjob_operator.kueue.verdict import (
     admitted_counts,
     admitted_message,
@@ -48,8 +63,6 @@ from dtjob_operator.kueue.verdict import (
     verdict,
 )
 from dtjob_operator.kueue.workload import (
-    FINALIZER,
-    JOB_UID_LABEL,
     PRIORITY_LABEL,
     QUEUE_LABEL,
     Priority,
@@ -58,28 +71,14 @@ from dtjob_operator.kueue.workload import (
     queue_of,
     workload_name,
 )
+from dtjob_operator.kueue.writes import WorkloadWrites
 from dtjob_operator.metrics import OperatorMetrics
 from dtjob_operator.settings import OperatorSettings
 from dtjob_operator.status import admitted_in
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
-# Field manager of the Finished condition: Kueue reads the condition whoever wrote it, and a
-# manager of our own leaves the conditions Kueue applies under its managers alone.
-FINISHED_MANAGER = "dtjob-operator-finished"
-# Clearing an admission must remove `status.admission`, which Kueue applies under this
-# manager: only an apply under the same manager that leaves it out removes it. The apply
-# then carries every other field that manager owns as it is (Kueue's PrepareWorkloadPatch).
-ADMISSION_MANAGER = "kueue-admission"
-# Kueue's job integrations apply PodsReady under this manager; the same keeps one owner.
-PODS_READY_MANAGER = "kueue-job-controller-PodsReady"
-_ADMISSION_CONDITIONS = ("QuotaReserved", "Evicted", "Admitted", "Preempted", "Requeued",
-                         "DeactivationTarget", "Finished")  # fmt: skip
-_ADMISSION_FIELDS = ("requeueState", "resourceRequests", "accumulatedPastExecutionTimeSeconds",
-                     "schedulingStats", "clusterName", "nominatedClusterNames",
-                     "unhealthyNodes", "admissionChecks")  # fmt: skip
-# Evictions after which Kueue's integrations mark the Workload Requeued=True at once.
-_REQUEUED_AT_ONCE = ("Preempted", "NodeFailures")
+_FINISHED_POD_PHASES = ("Succeeded", "Failed")
 
 
 class KueueBackend(AdmissionBackend):
@@ -97,6 +96,7 @@ class KueueBackend(AdmissionBackend):
         metrics: OperatorMetrics | None = None,
     ) -> None:
         self.api = api
+        self.writes = WorkloadWrites(api)
         self.settings = settings
         self.priority_classes = priority_classes
         self.workloads_of = workloads_of
@@ -107,11 +107,28 @@ class KueueBackend(AdmissionBackend):
         self._read: dict[str, Obj | None] = {}
 
     def view(self, job_obj: Obj, pods: Sequence[Obj]) -> AdmissionVerdict:
-        """Kueue's word on a job it holds, from the job's Workload."""
+        """Kueue's word on a job it holds, from the job's Workload (the module docstring)."""
         self.watch_workloads()  # Kueue may have been installed since the start
+        try:
+            return self._view(job_obj, pods)
+        except KueueNotServed as exc:
+            self._read.pop(job_obj["metadata"]["uid"], None)
+            return self._waiting(
+                f"Kueue's Workload API is not served here (HTTP {exc.status}: Kueue is not "
+                f"installed, or the operator may not use it): install Kueue, or remove the "
+                f"job's {QUEUE_LABEL} label to use the built-in admission"
+            )
+
+    def _view(self, job_obj: Obj, pods: Sequence[Obj]) -> AdmissionVerdict:
         job = Job.from_object(job_obj)
+        held = [p for p in pods if (p.get("status") or {}).get("phase") not in _FINISHED_POD_PHASES]
+        name = workload_name(job)
+        if self.settings.admission != "kueue" and queue_of(job_obj) is None:
+            return self._hand_over(self.api.get_workload(job.namespace, name), held)
         queue = queue_of(job_obj) or self.settings.kueue_default_queue
         if not queue:
+            if held:
+                return self._withdrawn("the job names no LocalQueue any more")
             return AdmissionVerdict(
                 by=self.name,
                 admitted=False,
@@ -123,42 +140,65 @@ class KueueBackend(AdmissionBackend):
                     f"{QUEUE_LABEL}=<queue>), or ask the admin for a default (kueueDefaultQueue)"
                 ),
             )
-        name = workload_name(job)
         workload = self.api.get_workload(job.namespace, name)
         self._read[job.uid] = workload
         if workload is None:
-            priority = self._priority(job_obj, job)
-            if isinstance(priority, str):
-                return self._waiting(priority)
-            # At its maximum: an elastic job's status may hold the size of an earlier
-            # admission, and Kueue's partial admission picks the size from minCount up.
-            full = Job.from_object(job_obj, size=FULL_SIZE)
-            body = build_workload(full, queue, self.settings, priority)
-            created = self.api.create_workload(body)
-            if created:
-                log.info("created Workload %s/%s in LocalQueue %s", job.namespace, name, queue)
-            return self._waiting(f"Workload {name} submitted to LocalQueue {queue}")
+            if held:  # pods never run beside an admission they do not hold
+                return self._withdrawn(f"its Workload {name} is gone")
+            return self._create(job_obj, job, queue, name)
+        if (workload.get("metadata") or {}).get("deletionTimestamp"):
+            if held:
+                return self._withdrawn(f"its Workload {name} is being deleted")
+            self.writes.let_go([workload], None)  # it goes, and a new one is made after it
+            return self._waiting(f"Workload {name} is being deleted; a new one follows")
         active = (workload.get("spec") or {}).get("active", True) is not False
-        if active == job.spec.suspend:
-            # spec.suspend deactivates the Workload: Kueue evicts it and the quota goes back
-            # once the pods are gone; resuming activates it, and it queues again.
-            self.api.patch_workload(job.namespace, name, {"spec": {"active": not active}})
-            log.info("Workload %s/%s %s", job.namespace, name,
-                     "deactivated" if active else "activated")  # fmt: skip
+        ours = ((workload["metadata"].get("annotations") or {}).get(ANNOTATION_SUSPENDED_BY_JOB)
+                == "true")  # fmt: skip
+        if job.spec.suspend:
+            if active and not held:  # the quota goes back only now
+                self.writes.set_active(workload, False)
+            elif not active:
+                self._release_if_stopped(workload, held)
+            return self._waiting("the job is suspended (spec.suspend)")
+        if not active and ours:
+            self.writes.set_active(workload, True)
+            return self._waiting(f"the job was resumed: Workload {name} queues again")
+        if not active:
+            self._release_if_stopped(workload, held)
+            return self._deactivated(workload, name, job.namespace)
         said = verdict(workload)
         if said.evicted is not None:
             reason, message = said.evicted
-            if pods:  # the planner stops the gang (SIGTERM: a checkpoint is written)
+            if held:  # the planner stops the gang (SIGTERM: a checkpoint is written)
                 stop = f"Kueue evicted it ({reason}): {message}"
                 return AdmissionVerdict(by=self.name, admitted=False, stop=stop)
-            if (condition(workload, "QuotaReserved") or {}).get("status") == "True":
-                self._release(workload, reason, message)
+            self._release_if_stopped(workload, held)
             return self._waiting(f"Kueue evicted it ({reason}): {message}; queued again")
         if not said.admitted:
             where = f"LocalQueue {queue}" + (
                 f", ClusterQueue {said.cluster_queue}" if said.cluster_queue else ""
             )
+            if held:
+                return self._withdrawn(f"Kueue ({where}) no longer admits it: {said.waiting}")
             return self._waiting(f"Kueue ({where}): {said.waiting}")
+        return self._admitted(job_obj, job, workload, pods)
+
+    def _create(self, job_obj: Obj, job: Job, queue: str, name: str) -> AdmissionVerdict:
+        priority = self._priority(job_obj, job)
+        if isinstance(priority, str):
+            return self._waiting(priority)
+        # At its maximum: an elastic job's status may hold the size of an earlier
+        # admission, and Kueue's partial admission picks the size from minCount up.
+        full = Job.from_object(job_obj, size=FULL_SIZE)
+        body = build_workload(full, queue, self.settings, priority)
+        if self.api.create_workload(body):
+            log.info("created Workload %s/%s in LocalQueue %s", job.namespace, name, queue)
+        return self._waiting(f"Workload {name} submitted to LocalQueue {queue}")
+
+    def _admitted(
+        self, job_obj: Obj, job: Job, workload: Obj, pods: Sequence[Obj]
+    ) -> AdmissionVerdict:
+        """The gang's size and the placement of its pods not created yet."""
         admitted = AdmissionVerdict(
             by=self.name, admitted_message=admitted_message(workload), announce_changes=True
         )
@@ -174,14 +214,72 @@ class KueueBackend(AdmissionBackend):
                    for f in flavors_of(workload)}  # fmt: skip
         try:
             by_set = placements(workload, flavors)
+            by_pod = {
+                pod: indexed(by_set[pod_set.name], LABEL_POD_SET_INDEX, index)
+                for pod_set in sets if pod_set.name in by_set
+                for index, pod in enumerate(pod_set.pods)
+            }  # fmt: skip
+            for manifest in build_pods(job, 0, self.settings):  # what place() will meet
+                if (name := manifest["metadata"]["name"]) in by_pod:
+                    place(manifest, by_pod[name])
         except PlacementConflict as exc:
-            return self._waiting(f"Kueue's admission cannot be applied: {exc}")
-        by_pod = {
-            pod: indexed(by_set[pod_set.name], LABEL_POD_SET_INDEX, index)
-            for pod_set in sets if pod_set.name in by_set
-            for index, pod in enumerate(pod_set.pods)
-        }  # fmt: skip
+            # It can never start as admitted: the quota goes back and the job fails, as
+            # Kueue's integrations finish such a Workload.
+            message = f"Kueue's admission cannot be applied to the pods: {exc}"
+            self.writes.finish(workload, "FailedToStart", message, None)
+            return replace(admitted, admitted=False, fail=(REASON_ADMISSION_CONFLICT, message))
         return replace(admitted, placements=by_pod)
+
+    def _hand_over(self, workload: Obj | None, held: Sequence[Obj]) -> AdmissionVerdict:
+        """The job's queue label was removed: its gang stops, its Workload goes (its quota
+        back at once), and the built-in admission takes the job from the next pass."""
+        if held:
+            return self._withdrawn(
+                f"the job's {QUEUE_LABEL} label was removed: it leaves Kueue for the "
+                f"built-in admission"
+            )
+        if workload is not None:
+            self.writes.delete(workload)
+        return AdmissionVerdict(
+            by=AdmissionBackendName.BUILTIN,
+            admitted=False,
+            reason=REASON_WAITING_FOR_ADMISSION,
+            message=f"the job's {QUEUE_LABEL} label was removed: its Kueue Workload is "
+            f"deleted and it waits for the built-in admission",
+        )
+
+    def _release_if_stopped(self, workload: Obj, held: Sequence[Obj]) -> None:
+        """Once the stopped gang's pods are gone, hand the admission back (a Workload that
+        keeps it would look admitted when it is active again)."""
+        if held or (condition(workload, "QuotaReserved") or {}).get("status") != "True":
+            return
+        evicted = condition(workload, "Evicted") or {}
+        reason = str(evicted.get("reason") or REASON_DEACTIVATED)
+        self.writes.release(workload, reason, str(evicted.get("message") or "stopped"))
+
+    def _deactivated(self, workload: Obj, name: str, namespace: str) -> AdmissionVerdict:
+        """Deactivated by Kueue or an admin: stopped for good, saying who and why."""
+        evicted = condition(workload, "Evicted") or {}
+        why = str(evicted.get("message") or "its spec.active is false")
+        return AdmissionVerdict(
+            by=self.name,
+            admitted=False,
+            reason=REASON_DEACTIVATED,
+            stop=(
+                f"Kueue deactivated its Workload {name} ({why}; by Kueue or an admin): the "
+                f"job stays stopped until the Workload is active again (kueuectl resume "
+                f"workload {name} -n {namespace}, or set its spec.active to true)"
+            ),
+            stop_reason=REASON_DEACTIVATED,
+        )
+
+    def _withdrawn(self, why: str) -> AdmissionVerdict:
+        return AdmissionVerdict(
+            by=self.name,
+            admitted=False,
+            stop=f"{why}: the gang stops, and the job queues again once its pods are gone",
+            stop_reason=REASON_ADMISSION_WITHDRAWN,
+        )
 
     @staticmethod
     def _elastic_size(job: Job, workload: Obj) -> int | None:
@@ -217,37 +315,6 @@ class KueueBackend(AdmissionBackend):
             return f"spec.priorityClassName names PriorityClass {name}, which does not exist"
         return None
 
-    def _release(self, workload: Obj, reason: str, message: str) -> None:
-        """The evicted gang is gone: clear the admission so that Kueue queues the Workload
-        again (what Kueue's job integrations do once the job is stopped)."""
-        status = workload.get("status") or {}
-        now = workload["metadata"].get("creationTimestamp")
-        kept = {c["type"]: c for c in status.get("conditions") or []
-                if c.get("type") in _ADMISSION_CONDITIONS}  # fmt: skip
-        for type_, state, why in (
-            ("QuotaReserved", "False", "Pending"),
-            ("Admitted", "False", "NoReservation"),
-            ("Requeued", "True" if reason in _REQUEUED_AT_ONCE else "False", reason),
-        ):
-            old = kept.get(type_) or {}
-            changed = old.get("status") != state
-            kept[type_] = {
-                "type": type_, "status": state, "reason": why or "Evicted", "message": message,
-                "lastTransitionTime": _now() if changed else old.get("lastTransitionTime", now),
-            }  # fmt: skip
-        body: Obj = {
-            "apiVersion": workload["apiVersion"],
-            "kind": "Workload",
-            "metadata": {"name": workload["metadata"]["name"],
-                         "namespace": workload["metadata"]["namespace"]},
-            "status": {"conditions": list(kept.values()),
-                       **{k: status[k] for k in _ADMISSION_FIELDS if k in status}},
-        }  # fmt: skip
-        self.api.apply_workload_status(body, ADMISSION_MANAGER)
-        meta = workload["metadata"]
-        log.info("released the admission of Workload %s/%s after its eviction (%s)",
-                 meta["namespace"], meta["name"], reason)  # fmt: skip
-
     def _waiting(self, message: str) -> AdmissionVerdict:
         return AdmissionVerdict(
             by=self.name, admitted=False, message=message, reason=REASON_WAITING_FOR_KUEUE
@@ -261,92 +328,27 @@ class KueueBackend(AdmissionBackend):
             observe_admission_wait(self.metrics, job_obj, old)
         uid = job_obj["metadata"]["uid"]
         phase = str(new.get("phase"))
-        if phase in TERMINAL_PHASES:
-            self._read.pop(uid, None)
-            self.finished(job_obj, phase)
-            return
         workload = self._read.pop(uid, None)
-        if workload is not None:
-            self._pods_ready(workload, phase)
+        if phase in TERMINAL_PHASES:
+            self._finished(job_obj, phase)
+        elif workload is not None and (workload.get("spec") or {}).get("active") is not False:
+            self.writes.pods_ready(workload, phase)
 
-    def _pods_ready(self, workload: Obj, phase: str) -> None:
-        """PodsReady as Kueue's job integrations report it: with waitForPodsReady on, a
-        Workload that never says so is evicted after its timeout."""
-        prior = condition(workload, "PodsReady") or {}
-        if not verdict(workload).admitted:
-            state, reason = "False", "WaitForStart"
-        elif phase == JobPhase.RUNNING:
-            was = prior.get("reason")
-            state, reason = (
-                "True",
-                "Recovered" if was in ("WaitForRecovery", "Recovered") else "Started",
-            )
-        elif prior.get("status") == "True":
-            state, reason = "False", "WaitForRecovery"
-        else:
-            state, reason = "False", "WaitForStart"
-        if (prior.get("status"), prior.get("reason")) == (state, reason):
+    def _finished(self, job_obj: Obj, phase: str) -> None:
+        """The job ended: its Workload Finished, so that Kueue gives its quota back."""
+        job = Job.from_object(job_obj)
+        try:
+            workload = self.api.get_workload(job.namespace, workload_name(job))
+        except KueueNotServed:
             return
-        message = {
-            "Started": "all pods of the gang are ready",
-            "Recovered": "all pods of the restarted gang are ready",
-            "WaitForStart": "not all pods of the gang are ready yet",
-            "WaitForRecovery": "the gang restarts: not all pods are ready",
-        }[reason]
-        body = {
-            "apiVersion": workload["apiVersion"],
-            "kind": "Workload",
-            "metadata": {"name": workload["metadata"]["name"],
-                         "namespace": workload["metadata"]["namespace"]},
-            "status": {"conditions": [{"type": "PodsReady", "status": state, "reason": reason,
-                                       "message": message, "lastTransitionTime": _now()}]},
-        }  # fmt: skip
-        self.api.apply_workload_status(body, PODS_READY_MANAGER)
+        if workload is None:
+            return
+        reason = "Succeeded" if phase == JobPhase.SUCCEEDED else "Failed"
+        when = (job_obj.get("status") or {}).get("completionTime")
+        self.writes.finish(workload, reason, f"the DistributedTrainingJob {phase.lower()}", when)
 
     def forget(self, key: JobKey, job: Obj | None) -> None:
         """A Workload left behind would hold its Kueue quota."""
-        self.let_go(self.workloads_of(*key), None)
-
-    def let_go(self, workloads: Sequence[Obj], live_uid: str | None) -> None:
-        """The job went (or is going): its Workloads' finalizer is removed, as Kueue's job
-        integrations remove it, so that the garbage collector deletes them and Kueue frees
-        their quota. Without this, a job deleted while admitted would hold its quota, and
-        its namespace would never finish terminating. A Workload of the job's live
-        incarnation (`live_uid`) is kept."""
-        for workload in workloads:
-            meta = workload.get("metadata") or {}
-            if (meta.get("labels") or {}).get(JOB_UID_LABEL) == live_uid and live_uid:
-                continue
-            finalizers = list(meta.get("finalizers") or [])
-            if FINALIZER not in finalizers:
-                continue
-            self.api.set_workload_finalizers(workload, [f for f in finalizers if f != FINALIZER])
-            log.info("let go of Workload %s/%s: its job is gone", meta.get("namespace"),
-                     meta.get("name"))  # fmt: skip
-
-    def finished(self, job_obj: Obj, phase: str) -> None:
-        """The job ended: mark its Workload Finished, so that Kueue gives its quota back."""
-        job = Job.from_object(job_obj)
-        name = workload_name(job)
-        workload = self.api.get_workload(job.namespace, name)
-        if workload is None or (condition(workload, "Finished") or {}).get("status") == "True":
-            return
-        succeeded = phase == JobPhase.SUCCEEDED
-        body = {
-            "apiVersion": workload["apiVersion"],
-            "kind": "Workload",
-            "metadata": {"name": name, "namespace": job.namespace},
-            "status": {"conditions": [{
-                "type": "Finished", "status": "True",
-                "reason": "Succeeded" if succeeded else "Failed",
-                "message": f"the DistributedTrainingJob {phase.lower()}",
-                "lastTransitionTime": job_obj.get("status", {}).get("completionTime")
-                or workload["metadata"]["creationTimestamp"],
-            }]},
-        }  # fmt: skip
-        self.api.apply_workload_status(body, FINISHED_MANAGER)
-        log.info("Workload %s/%s Finished (%s)", job.namespace, name, phase)
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        if job is not None:
+            self._read.pop(job["metadata"]["uid"], None)
+        self.writes.let_go(self.workloads_of(*key), None)

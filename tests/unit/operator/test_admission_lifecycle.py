@@ -69,7 +69,9 @@ def test_gang_not_ready_in_time_is_released_and_requeued() -> None:
     p = run(starting, pod(0, ready=True), pod(1), now=61)
     assert p.status["phase"] == "Queued" and p.delete_pods == ["j-worker-0", "j-worker-1"]
     assert cond(p, "Admitted")["reason"] == "PodsReadyTimeout"
-    assert p.status["admission"] == {"requeues": 1, "lastRequeueTime": iso(61)}
+    assert p.status["admission"] == {
+        "backend": "builtin", "requeues": 1, "lastRequeueTime": iso(61)
+    }  # fmt: skip
     assert p.status.get("restarts", 0) == 0
     assert [e.reason for e in p.events] == ["PodsReadyTimeout"]
 
@@ -171,7 +173,7 @@ def test_the_built_in_placement_domain_is_kept_in_the_status_until_queued_again(
     p = run(queued, now=30, admitted_message=said, domain="example.com/rack=r3")
     assert p.status["admission"]["domain"] == "example.com/rack=r3"
     assert cond(p, "Admitted")["message"] == said
-    # Its one Event is the executor's, once per admission (_announce_admission).
+    # Its one Event is the backend's, once per admission (BuiltinBackend.admitted).
     assert not any(e.reason == "Admitted" for e in p.events)
     starting = queued.copy().with_full_status(p.status)
     # A restarted operator has no placement in memory: the status keeps what it said.
@@ -186,7 +188,7 @@ def test_the_built_in_placement_domain_is_kept_in_the_status_until_queued_again(
     waiting = run(victim, now=60, admitted=False, message="behind", queue_position=1)
     assert "domain" not in waiting.status["admission"]  # the next admission places it again
     patch = status_patch(victim.obj()["status"], waiting.status)
-    assert patch["admission"] == {"preemptions": 1, "domain": None}
+    assert patch["admission"] == {"backend": "builtin", "preemptions": 1, "domain": None}
 
 
 def test_a_status_patch_removes_keys_dropped_at_any_depth() -> None:

@@ -82,7 +82,7 @@ def test_a_gone_jobs_workloads_lose_only_kueues_finalizer() -> None:
     api = Finalizers()
     backend = KueueBackend(api, OperatorSettings(), lambda: [])  # type: ignore[arg-type]
     ours = "kueue.x-k8s.io/resource-in-use"
-    backend.let_go([a_workload("old", "u1", ours, "example.com/keep"),
+    backend.writes.let_go([a_workload("old", "u1", ours, "example.com/keep"),
                     a_workload("done", "u2"), a_workload("live", "u3", ours)], "u3")  # fmt: skip
     assert api.set == [("old", ["example.com/keep"])]
 
