@@ -24,9 +24,16 @@ Reading order (each step returns when it decides):
 4. spec.suspend: delete every pod, phase Suspended; the deadline clock stops (startTime is
    cleared, as batch/v1 Jobs do); unsuspending resumes with a fresh gang. Under the built-in
    admission a suspended job gives up its admission and queues again when resumed.
-4b. Preempted by the admission for a higher-priority job: delete every pod (SIGTERM: the
-   trainer checkpoints), phase Suspended with reason Preempted, Admitted False; the job
-   waits in the queue and resumes from its checkpoint once admitted again.
+4a. The admission can never be applied (a Kueue admission check conflicts with the pods):
+   Failed with the backend's reason.
+4b. Stopped by the admission (preempted for a higher-priority job, evicted or deactivated
+   by Kueue, its admission withdrawn): delete every pod (SIGTERM: the trainer
+   checkpoints), phase Suspended with the backend's reason (Preempted, Deactivated,
+   AdmissionWithdrawn), Admitted False; one episode is one Event and, for a preemption,
+   one count in status.admission.preemptions, however many passes the pods take to go;
+   startTime is cleared (as for a suspended batch/v1 Job: time queued again does not
+   count toward activeDeadlineSeconds). The job waits and resumes from its checkpoint
+   once admitted again.
 5. activeDeadlineSeconds passed since startTime: Failed/DeadlineExceeded, pods deleted.
 6. A failure in the current gang (pods labelled generation == status.restarts): permanent
    -> Failed at once; retryable -> restarts+1 (Failed/BackoffLimitExceeded past

@@ -51,14 +51,22 @@ class E2E:
         return name
 
     def apply_example(
-        self, example: str, ns: str, *, labels: dict[str, str] | None = None, **changes: Any
+        self,
+        example: str,
+        ns: str,
+        *,
+        labels: dict[str, str] | None = None,
+        name: str | None = None,
+        **changes: Any,
     ) -> dict[str, Any]:
         """`kubectl apply` of examples/cpu/<example>.yaml, placed on the real node, with
-        these extra labels; the manifest's other objects (custom-model's ConfigMap of code)
-        go first."""
+        these extra labels (and another name); the manifest's other objects (custom-model's
+        ConfigMap of code) go first."""
         docs = manifest_docs(REPO / "examples" / "cpu" / f"{example}.yaml")
         job = next(d for d in docs if d["kind"] == "DistributedTrainingJob")
         job["metadata"].setdefault("labels", {}).update(labels or {})
+        if name:
+            job["metadata"]["name"] = name
         for other in (d for d in docs if d is not job):
             self.kubectl("apply", "-n", ns, "-f", "-", stdin=yaml.safe_dump(other))
         place_on_real_node(job, cpu="250m")
