@@ -13,7 +13,15 @@ from kubernetes import client
 from helpers.kueue import Kueue, install_crds
 
 PODS_READY_TIMEOUT_SECONDS = 15
-PODS_READY = {"timeout": f"{PODS_READY_TIMEOUT_SECONDS}s", "blockAdmission": False}
+# A gang evicted for not getting ready is requeued once (after a 1 s backoff), and the
+# second time Kueue deactivates its Workload: the job must stop for good and say why.
+REQUEUE_LIMIT = 1
+PODS_READY = {
+    "timeout": f"{PODS_READY_TIMEOUT_SECONDS}s",
+    "blockAdmission": False,
+    "requeuingStrategy": {"timestamp": "Eviction", "backoffLimitCount": REQUEUE_LIMIT,
+                          "backoffBaseSeconds": 1, "backoffMaxSeconds": 2},
+}  # fmt: skip
 
 
 @pytest.fixture(scope="package")

@@ -297,3 +297,47 @@ def test_suspending_a_kueue_job_keeps_its_quota_until_its_pods_are_gone(
     assert is_true(workload(cluster, ns, b), "Admitted")
     wait_phase(cluster.api, ns, a, "Suspended")
     cluster.core.delete_namespace(ns)
+
+
+UNPULLABLE = "registry.invalid/unpullable:1"  # hack/kwok/pod-image-pull-backoff.yaml
+
+
+def test_a_gang_that_never_gets_ready_ends_deactivated_by_waitforpodsready_not_cycling(
+    cluster: Any, kueue: Kueue
+) -> None:
+    """Kueue's waitForPodsReady evicts a gang not ready within its timeout, requeues it
+    `backoffLimitCount` times, then deactivates its Workload: the job stops for good and
+    says why (Kueue's reason in its Suspended condition), instead of cycling forever."""
+    from integration.kueue.conftest import PODS_READY_TIMEOUT_SECONDS, REQUEUE_LIMIT
+
+    ns = create_namespace(cluster.core, "kr")
+    team_queue(cluster, ns, gpus=1)
+    name = unique("stuck")
+    job = queued_job(name, 1, 1)
+    job["spec"]["trainer"] = {"image": UNPULLABLE, "command": ["train"]}
+    create_job(cluster.api, ns, job)
+    limit = (REQUEUE_LIMIT + 1) * (PODS_READY_TIMEOUT_SECONDS + 10) + 60
+
+    def deactivated() -> dict[str, Any] | None:
+        st = status(cluster.api, ns, name)
+        said = next((c for c in st.get("conditions") or [] if c["type"] == "Suspended"), {})
+        return (
+            st if said.get("reason") == "Deactivated" and st.get("phase") == "Suspended" else None
+        )
+
+    def explain() -> str:
+        return story(cluster, ns, name)
+
+    st = wait_for(deactivated, limit, what="the job Suspended, Deactivated", explain=explain)
+    suspended = next(c for c in st["conditions"] if c["type"] == "Suspended")
+    assert "re-queuing retries" in suspended["message"], suspended
+    assert "kueuectl resume workload" in suspended["message"], suspended
+    wait_for(lambda: not all_pods(cluster.core, ns, name), 60, what="its pods gone")
+    deadline = time.monotonic() + HOLD_SECONDS  # stopped for good: nothing starts again
+    while time.monotonic() < deadline:
+        wl = workload(cluster, ns, name)
+        assert wl is not None and wl["spec"].get("active") is False, explain()
+        assert not all_pods(cluster.core, ns, name), explain()
+        assert status(cluster.api, ns, name)["phase"] == "Suspended", explain()
+        time.sleep(1)
+    cluster.core.delete_namespace(ns)
