@@ -259,8 +259,7 @@ class KueueBackend(AdmissionBackend):
 
     def _deactivated(self, workload: Obj, name: str, namespace: str) -> AdmissionVerdict:
         """Deactivated by Kueue or an admin: stopped for good, saying who and why."""
-        evicted = condition(workload, "Evicted") or {}
-        why = str(evicted.get("message") or "its spec.active is false")
+        why = deactivation_cause(workload)
         return AdmissionVerdict(
             by=self.name,
             admitted=False,
@@ -352,3 +351,23 @@ class KueueBackend(AdmissionBackend):
         if job is not None:
             self._read.pop(job["metadata"]["uid"], None)
         self.writes.let_go(self.workloads_of(*key), None)
+
+
+def deactivation_cause(workload: Obj) -> str:
+    """Why the Workload is inactive, as far as Kueue says: its Deactivated eviction's message
+    ("... due to exceeding the maximum number of re-queuing retries", Kueue 0.17), else the
+    DeactivationTarget Kueue set, else "its spec.active is false"; and the evictions that led
+    there (schedulingStats, e.g. "after evictions PodsReadyTimeout x2"), which is all that a
+    Kueue that kept an earlier eviction's condition (0.19) leaves of the cause."""
+    evicted = condition(workload, "Evicted") or {}
+    target = condition(workload, "DeactivationTarget") or {}
+    if evicted.get("status") == "True" and str(evicted.get("reason", "")).startswith("Deactivated"):
+        why = str(evicted.get("message") or "deactivated")
+    elif target.get("status") == "True":
+        why = f"to be deactivated: {target.get('message') or target.get('reason')}"
+    else:
+        why = "its spec.active is false"
+    stats = ((workload.get("status") or {}).get("schedulingStats") or {}).get("evictions") or []
+    before = [f"{e.get('reason')} x{e.get('count')}" for e in stats
+              if not str(e.get("reason", "")).startswith("Deactivated")]  # fmt: skip
+    return why + (f"; after evictions {', '.join(before)}" if before else "")

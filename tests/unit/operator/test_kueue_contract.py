@@ -185,3 +185,27 @@ def test_a_missing_workload_and_a_missing_api_are_told_apart() -> None:
         assert exc.status == 404
     else:
         raise AssertionError("a missing API must raise KueueNotServed")
+
+
+def test_the_deactivation_cause_is_read_from_what_each_kueue_version_leaves() -> None:
+    from dtjob_operator.kueue.backend import deactivation_cause
+
+    stats = {"evictions": [{"reason": r, "underlyingCause": "", "count": n}
+                           for r, n in (("PodsReadyTimeout", 2), ("Deactivated", 1))]}  # fmt: skip
+    v017 = workload("Evicted", active=False, schedulingStats=stats)
+    v017["status"]["conditions"][0] |= {
+        "reason": "Deactivated",
+        "message": "The workload is deactivated due to exceeding the maximum number of "
+        "re-queuing retries",
+    }
+    assert deactivation_cause(v017) == (
+        "The workload is deactivated due to exceeding the maximum number of re-queuing "
+        "retries; after evictions PodsReadyTimeout x2"
+    )
+    v019 = workload(active=False, schedulingStats=stats)  # an earlier eviction's condition
+    earlier = {"type": "Evicted", "status": "False", "reason": "PodsReadyTimeout"}
+    v019["status"]["conditions"] = [{**earlier, "message": "Previously: x"}]
+    assert (
+        deactivation_cause(v019) == "its spec.active is false; after evictions PodsReadyTimeout x2"
+    )
+    assert deactivation_cause(workload(active=False)) == "its spec.active is false"
