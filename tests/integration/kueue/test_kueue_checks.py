@@ -18,7 +18,7 @@ from integration.kueue.test_kueue_jobs import (
 )
 from integration.kueue.test_kueue_runs import condition, custom
 
-from helpers.jobs import create_job, job_pods, status, wait_phase
+from helpers.jobs import create_job, job_pods, wait_phase
 from helpers.jobs import wait_pods_running as running
 from helpers.kube import create_namespace, unique, wait_for
 from helpers.kueue import GROUP, VERSION, Kueue
@@ -137,5 +137,5 @@ def test_updates_that_conflict_with_the_pods_fail_the_job_and_free_the_quota(
     create_job(cluster.api, ns, queued_job(next_one, 1, 1))
     answer(cluster, ns, next_one, check, "Ready")
     running(cluster.core, ns, next_one, 1, timeout=60)
-    assert status(cluster.api, ns, next_one)["phase"] in ("Starting", "Running")
+    wait_phase(cluster.api, ns, next_one, "Running", timeout=60)
     cluster.core.delete_namespace(ns)
