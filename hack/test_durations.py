@@ -48,6 +48,11 @@ WHY_OVER = {
         "a container killed mid-run: a gang restart in containers and a resume from the PVC "
         "checkpoint, 300 steps at 250m CPU a pod"
     ),
+    "tests.e2e.test_kueue::test_a_job_preempted_through_kueue_resumes": (
+        "two real gangs one after the other through the real Kueue (1500 steps preempted "
+        "after its first checkpoint, a 100-step preemptor, then the resume), each gang start "
+        "a container start at 250m CPU a pod: 221 s here"
+    ),
     "tests.e2e.test_elastic::test_elastic_example_grows": (
         "2400 steps at 1 then 2 pods beside a fixed twin on the real node's 2 CPUs: the run "
         "must outlast the growth (up to two 10 s admission timer passes and a gang restart) "

@@ -89,6 +89,7 @@ def priority_classes(e2e: E2E, ns: str) -> tuple[str, str]:
     return low, high
 
 
+@pytest.mark.timeout(900)  # two gangs one after the other, and a restart, on the node's 2 CPUs
 def test_a_job_preempted_through_kueue_resumes_from_its_checkpoint_and_never_overlaps(
     e2e: E2E, e2e_namespace: str, kueue: Kueue
 ) -> None:
@@ -117,7 +118,7 @@ def test_a_job_preempted_through_kueue_resumes_from_its_checkpoint_and_never_ove
     queued = {"kueue.x-k8s.io/queue-name": QUEUE}
     low = e2e.apply_example(
         "data-parallel", ns, name="low", labels={**queued, PRIORITY: low_pc},
-        checkpoint__claimName=claim, checkpoint__everySteps=50, trainer__steps=4000,
+        checkpoint__claimName=claim, checkpoint__everySteps=50, trainer__steps=1500,
     )["metadata"]["name"]  # fmt: skip
     deadline = time.monotonic() + 300
     while ((e2e.job(ns, low).get("status") or {}).get("progress") or {}).get(
@@ -131,7 +132,9 @@ def test_a_job_preempted_through_kueue_resumes_from_its_checkpoint_and_never_ove
     overlaps: list[str] = []
     checkpoint_at_stop: int | None = None
     resumed_steps: list[int] = []
-    deadline = time.monotonic() + 900
+    deadline = time.monotonic() + 780
+    timeline: list[str] = []  # what a failure shows: seconds, phase, step, last checkpoint
+    started = time.monotonic()
     while True:
         pods = e2e.get("pods", "-n", ns)["items"]
         live = {job: [p["metadata"]["name"] for p in pods
@@ -148,9 +151,11 @@ def test_a_job_preempted_through_kueue_resumes_from_its_checkpoint_and_never_ove
             checkpoint_at_stop = progress.get("lastCheckpointStep")
         elif checkpoint_at_stop is not None and status.get("phase") == "Running":
             resumed_steps.append(int(progress.get("step") or 0))
+        timeline.append(f"{time.monotonic() - started:.0f}s {status.get('phase')} "
+                        f"{progress.get('step')}/{progress.get('lastCheckpointStep')}")  # fmt: skip
         if status.get("phase") in ("Succeeded", "Failed"):
             break
-        assert time.monotonic() < deadline, status
+        assert time.monotonic() < deadline, (status, timeline[-40:])
         time.sleep(1)
     assert status["phase"] == "Succeeded", status
     assert (e2e.job(ns, high).get("status") or {}).get("phase") == "Succeeded"
@@ -159,7 +164,7 @@ def test_a_job_preempted_through_kueue_resumes_from_its_checkpoint_and_never_ove
     assert resumed_steps and min(resumed_steps) >= checkpoint_at_stop, (
         checkpoint_at_stop, resumed_steps[:5],
     )  # fmt: skip
-    assert status["progress"]["step"] == 4000
+    assert status["progress"]["step"] == 1500
     assert status["admission"]["preemptions"] == 1, status["admission"]
     events = e2e.get("events", "-n", ns, "--field-selector",
                      f"involvedObject.name={low},reason=Preempted")["items"]  # fmt: skip
