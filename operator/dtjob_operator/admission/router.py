@@ -7,10 +7,11 @@ admission mode and the job's Kueue queue label.
   other the built-in admission's. A job that Kueue held (status.admission.backend) and
   that lost its label stays Kueue's until Kueue's adapter has handed it over: its gang
   stopped and its Workload gone, so that no quota is held twice and no two admissions ever
-  hold pods of the same job (kueue/backend.py, `_handover`).
+  hold pods of the same job (kueue/backend.py, `_hand_over`).
 
-The reconcile asks `backend_of(job)`, hands the backend's verdict to the planner and tells
-the same backend what the pass did; it never reads the mode or the label itself.
+The reconcile asks `route(job)` for the backend (the one that held the job before lets go
+of it), hands that backend's verdict to the planner and tells the same backend what the
+pass did (`after`); it never reads the mode or the label itself.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def recorded_backend(job: Obj) -> str | None:
     return str(value) if value else None
 
 
-class Caches(Reads, Protocol):
+class BackendReads(Reads, Protocol):
     """What the backends read from the operator's caches (caches.py)."""
 
     def workloads_of(self, namespace: str, job_name: str) -> list[Obj]: ...
@@ -55,7 +56,7 @@ class AdmissionRouter:
         metrics: OperatorMetrics,
         enqueue: Callable[[JobKey], None],
         is_leader: Callable[[], bool],
-        caches: Caches,
+        caches: BackendReads,
     ) -> None:
         self.mode = settings.admission
         self.builtin: BuiltinBackend | None = None
