@@ -258,7 +258,7 @@ def _judge(
         shrunk = select_victims(job, partials, fits)
         if shrunk:
             releasing.add(job.namespace)
-            elastic.shrink(job, elastic.least_shrinks(shrunk, fits), result)
+            elastic.shrink(job, shrunk, result)
             return REASON_WAITING_FOR_ADMISSION, messages.shrinking([v.name for v in shrunk])
 
         def fits_shrunk(vs: Sequence[JobView]) -> bool:
@@ -276,7 +276,6 @@ def _judge(
             for p in list(needed):
                 if fits([*victims, *(q for q in needed if q is not p)]):
                     needed.remove(p)
-            needed = elastic.least_shrinks(needed, lambda vs: fits([*victims, *vs]))
             elastic.shrink(job, needed, result)
             releasing.add(job.namespace)
             for v in victims:

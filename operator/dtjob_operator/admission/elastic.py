@@ -1,6 +1,6 @@
 """Elastic jobs in the admission pass (docs/admission.md, "Elastic jobs"), pure: the size
 a waiting elastic job is admitted at, the growth of running ones into room that stayed
-free, and how far to shrink them for a higher-priority job (no further than it needs). decide.py
+free, and what shrinking one to its minimum frees for a higher-priority job. decide.py
 calls these; they record into its Decisions."""
 
 from __future__ import annotations
@@ -26,53 +26,26 @@ FitsWithout = Callable[
 
 
 def shrink(job: JobView, shrunk: Sequence[JobView], result: Decisions) -> None:
-    """Record the resizes of `shrunk` (views from `shrinkable`, `held` cut by
-    `least_shrinks`) for higher-priority `job`."""
     for v in shrunk:
-        size = len(v.gang) - len(v.held)
-        why = f"shrunk from {len(v.gang)} to {size} workers for higher-priority job {job.name}"
-        result.resize[v.uid] = (size, why)
+        least = v.elastic_min or len(v.gang)
+        why = f"shrunk from {len(v.gang)} to {least} workers for higher-priority job {job.name}"
+        result.resize[v.uid] = (least, why)
         result.keys[v.uid] = v.key
 
 
 def shrinkable(job: JobView, admitted: Sequence[JobView]) -> list[JobView]:
     """Running elastic jobs of the namespace above their minimum, each as what shrinking it
-    to its minimum frees: its top ranks' pods (the new gang is its first ranks)."""
+    frees: its top ranks' pods (the new gang is its first ranks)."""
     out = []
     for v in admitted:
         least = v.elastic_min
         if least is None or v.namespace != job.namespace or v.missing or v.draining:
             continue
-        out.append(freeing(v, least))
+        # A pod of unknown node frees quota room only: never counted on a node it is not on.
+        nodes = v.pod_nodes if len(v.pod_nodes) == len(v.gang) else (None,) * len(v.gang)
+        top = [(node, p.requests) for node, p in zip(nodes, v.gang, strict=True)][least:]
+        out.append(replace(v, held=tuple(top)))
     return out
-
-
-def freeing(v: JobView, size: int) -> JobView:
-    """`v` as what shrinking it to `size` workers frees: the pods of its ranks from `size`
-    up (a pod of unknown node frees quota room only: never counted on a node it is not on)."""
-    nodes = v.pod_nodes if len(v.pod_nodes) == len(v.gang) else (None,) * len(v.gang)
-    top = [(node, p.requests) for node, p in zip(nodes, v.gang, strict=True)][size:]
-    return replace(v, held=tuple(top))
-
-
-def least_shrinks(
-    shrunk: Sequence[JobView], fits: Callable[[Sequence[JobView]], bool]
-) -> list[JobView]:
-    """`shrunk` (each at its minimum, and together enough: `fits(shrunk)`) with each job
-    shrunk only as far as the higher-priority job needs: the largest size that still lets
-    it fit, the highest-priority (then oldest) job kept largest first. Each shrink is a
-    checkpoint-restart of the whole gang; the workers it keeps are not restarted again
-    when it grows back after its cooldown."""
-    chosen = {v.uid: v for v in shrunk}
-    order = sorted(shrunk, key=lambda v: (-v.priority, v.created, v.name))
-    for v in order:
-        least = len(v.gang) - len(v.held)
-        for size in range(len(v.gang) - 1, least, -1):
-            trial = {**chosen, v.uid: freeing(v, size)}
-            if fits(list(trial.values())):
-                chosen[v.uid] = trial[v.uid]
-                break
-    return [chosen[v.uid] for v in shrunk]
 
 
 def grow(
