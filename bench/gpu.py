@@ -40,7 +40,11 @@ SEQ, VOCAB = 1024, 50304
 # GPT-3's shapes (Brown et al. 2020, table 2.1): name -> (layers, d_model, heads, batch).
 # The bundled GPT's embedding and head are untied, so they hold 406M, 836M and 1.42B
 # parameters; the record gives the real count, which the MFU uses.
-SIZES = {"350M": (24, 1024, 16, 16), "760M": (24, 1536, 16, 8), "1.3B": (24, 2048, 16, 8)}
+SIZES = {"350M": (24, 1024, 16, 16), "760M": (24, 1536, 16, 8), "1.3B": (24, 2048, 16, 8),
+         # The rehearsal's (CPU, no GPU): the same code on a model of a few seconds.
+         "tiny": (2, 64, 4, 4)}  # fmt: skip
+# (seqLen, vocabSize) by size: GPT-2's tokenizer's vocabulary rounded up to a multiple of 64.
+SHAPES = {name: (SEQ, VOCAB) for name in SIZES} | {"tiny": (32, 512)}
 # d_model of the capped-memory search (24 layers each), smallest first.
 CAPPED_WIDTHS = (512, 768, 1024, 1536, 2048, 2560, 3072, 4096)
 # Dense bf16 peak of the GPUs this is likely to meet (TFLOPS), by a name fragment.
@@ -50,8 +54,11 @@ CHILD_TIMEOUT = 1200
 MIN_CHILD_SECONDS = 15.0
 
 
-def gpt_spec(layers: int, d_model: int, heads: int, batch: int) -> dict[str, Any]:
+def gpt_spec(
+    layers: int, d_model: int, heads: int, batch: int, shape: tuple[int, int] = (SEQ, VOCAB)
+) -> dict[str, Any]:
     """A one-worker DataParallel job over the bundled GPT on synthetic tokens."""
+    seq, vocab = shape
     return {
         "strategy": {"type": "DataParallel"},
         "roles": {"worker": {"replicas": 1, "gpus": 1}},
@@ -61,8 +68,8 @@ def gpt_spec(layers: int, d_model: int, heads: int, batch: int) -> dict[str, Any
                 "layers": layers,
                 "dModel": d_model,
                 "heads": heads,
-                "seqLen": SEQ,
-                "vocabSize": VOCAB,
+                "seqLen": seq,
+                "vocabSize": vocab,
             },
             "dataset": {"type": "SyntheticTokens", "samples": 512, "evalSamples": 256},
             "optimizer": {"type": "AdamW", "lr": 1e-4},
@@ -72,10 +79,10 @@ def gpt_spec(layers: int, d_model: int, heads: int, batch: int) -> dict[str, Any
     }
 
 
-def flops_per_token(params: int, layers: int, d_model: int) -> float:
+def flops_per_token(params: int, layers: int, d_model: int, seq: int = SEQ) -> float:
     """Training FLOPs per token: 6N for the weights plus 12 L d s for attention (PaLM,
     appendix B)."""
-    return 6.0 * params + 12.0 * layers * d_model * SEQ
+    return 6.0 * params + 12.0 * layers * d_model * seq
 
 
 def peak_tflops(device_name: str) -> float | None:
@@ -113,61 +120,227 @@ def _model(spec: dict[str, Any], device: torch.device) -> torch.nn.Module:
     return build_model(load_config(spec), torch.float32).to(device)
 
 
-def _tokens(batch: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    x = torch.randint(0, VOCAB, (batch, SEQ), device=device)
+def _tokens(
+    batch: int, device: torch.device, shape: tuple[int, int] | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    seq, vocab = shape or ((SEQ, VOCAB) if device.type == "cuda" else SHAPES["tiny"])
+    x = torch.randint(0, vocab, (batch, seq), device=device)
     return x, torch.roll(x, -1, dims=1)
 
 
+def _device() -> torch.device:
+    """The GPU, or the CPU when there is none (the rehearsal, with tiny models)."""
+    if torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def _train_steps(
-    model: torch.nn.Module, opt: torch.optim.Optimizer, batch: int, steps: int
+    model: torch.nn.Module,
+    opt: torch.optim.Optimizer,
+    batch: int,
+    steps: int,
+    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
 ) -> float:
     """Seconds per step of `steps` bf16 steps, after synchronising the device. Inputs go
     to the GPU even when the parameters live in host memory (CPUOffload)."""
     from dtjob_trainer.models import loss_fn
 
-    x, y = _tokens(batch, torch.device("cuda", torch.cuda.current_device()))
-    torch.cuda.synchronize()
+    loss = loss or loss_fn
+    device = _device()
+    x, y = _tokens(batch, device)
+    _sync(device)
     start = time.perf_counter()
     for _ in range(steps):
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = loss_fn(model(x), y)
-        torch.autograd.backward(loss)
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            value = loss(model(x), y)
+        torch.autograd.backward(value)
         opt.step()
-    torch.cuda.synchronize()
+    _sync(device)
     return (time.perf_counter() - start) / steps
 
 
-def one_throughput(name: str, steps: int) -> dict[str, Any]:
-    """Tokens/s and MFU of one GPT size (after 3 warm-up steps)."""
+def _variant_options(args: list[str]) -> dict[str, Any]:
+    """`key=value` words of a child's command line (compile=1 batch=32 ...) as a dict."""
+    opts: dict[str, Any] = {}
+    for word in args:
+        key, _, value = word.partition("=")
+        opts[key] = int(value) if value.isdigit() else value
+    return opts
+
+
+def _speed_setup(
+    model: torch.nn.Module, opts: dict[str, Any]
+) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """The trainer's own speed options on `model`, as `trainer.compile` and
+    `trainer.activationCheckpointing` apply them (dtjob_trainer.speed), and the loss the
+    trainer computes with them. The rehearsal compiles with aot_eager: dynamo and
+    AOTAutograd run as on the GPU, without a C compiler's minutes on a 2-core machine."""
+    from dtjob_trainer.speed import apply_block_options, training_loss
+
+    backend = "inductor" if torch.cuda.is_available() else "aot_eager"
+    compiled = bool(opts.get("compile"))
+    assert isinstance(model, torch.nn.Sequential)
+    apply_block_options(model, bool(opts.get("ckpt")), compiled, backend=backend)
+    return training_loss(compiled and bool(opts.get("loss", 1)), backend=backend)
+
+
+def one_throughput(name: str, steps: int, *variant: str) -> dict[str, Any]:
+    """Tokens/s and MFU of one GPT size (after warm-up steps: 3 eager, 5 compiled, which
+    covers the compilation of the forward and the backward). A variant (`compile=1`,
+    `loss=0` to leave the loss eager, `ckpt=1`, `batch=N`) runs the trainer's speed
+    options."""
+    from dtjob_api.spec import OptimizerSpec
+    from dtjob_trainer.optim import build_optimizer
+    from dtjob_trainer.speed import enable_tf32
+
+    opts = _variant_options(list(variant))
+    layers, d_model, heads, batch = SIZES[name]
+    batch = int(opts.get("batch", batch))
+    device = _device()
+    enable_tf32(device)
+    model = _model(gpt_spec(layers, d_model, heads, batch, SHAPES[name]), device)
+    params = sum(p.numel() for p in model.parameters())
+    loss = _speed_setup(model, opts)
+    opt = build_optimizer(model.parameters(), OptimizerSpec(type="AdamW", lr=1e-4))
+    seq, vocab = SHAPES[name]
+    compile_start = time.perf_counter()
+    _train_steps(model, opt, batch, 5 if opts.get("compile") else 3, loss)
+    warmup = time.perf_counter() - compile_start
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    seconds = _train_steps(model, opt, batch, steps, loss)
+    tokens = batch * seq / seconds
+    per_token = flops_per_token(params, layers, d_model, seq)
+    achieved = tokens * per_token / 1e12
+    # The input embedding is a lookup, no matmul: MFU counted without its parameters too.
+    lookup = (vocab + seq) * d_model
+    achieved_no_lookup = tokens * (per_token - 6.0 * lookup) / 1e12
+    peak = peak_tflops(torch.cuda.get_device_name(0)) if device.type == "cuda" else None
+    return {
+        "model": name,
+        "variant": opts,
+        "parameters": params,
+        "batch": batch,
+        "seq_len": seq,
+        "fused_adamw": bool(opt.defaults.get("fused")),
+        "warmup_seconds": round(warmup, 1),
+        "seconds_per_step": round(seconds, 4),
+        "tokens_per_second": round(tokens),
+        "achieved_tflops": round(achieved, 1),
+        "mfu": round(achieved / peak, 3) if peak else None,
+        "mfu_without_embedding_lookup": round(achieved_no_lookup / peak, 3) if peak else None,
+        "peak_tflops_assumed": peak,
+        "peak_memory_gib": _peak_gib(device),
+    }
+
+
+def _peak_gib(device: torch.device) -> float | None:
+    if device.type != "cuda":
+        return None
+    return round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
+
+
+def one_profile(name: str) -> dict[str, Any]:
+    """Where a step of one GPT size goes, eager: the CUDA kernels that take the most time
+    over 3 profiled steps (after 3 warm-up steps), by kernel name, and their share. What
+    bounds the small models is read here, not guessed."""
+    from torch.profiler import ProfilerActivity, profile
+
     from dtjob_api.spec import OptimizerSpec
     from dtjob_trainer.optim import build_optimizer
     from dtjob_trainer.speed import enable_tf32
 
     layers, d_model, heads, batch = SIZES[name]
-    device = torch.device("cuda", 0)
+    device = _device()
     enable_tf32(device)
-    model = _model(gpt_spec(layers, d_model, heads, batch), device)
-    params = sum(p.numel() for p in model.parameters())
+    model = _model(gpt_spec(layers, d_model, heads, batch, SHAPES[name]), device)
     opt = build_optimizer(model.parameters(), OptimizerSpec(type="AdamW", lr=1e-4))
     _train_steps(model, opt, batch, 3)
-    torch.cuda.reset_peak_memory_stats()
-    seconds = _train_steps(model, opt, batch, steps)
-    tokens = batch * SEQ / seconds
-    achieved = tokens * flops_per_token(params, layers, d_model) / 1e12
-    peak = peak_tflops(torch.cuda.get_device_name(0))
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    with profile(activities=activities) as prof:
+        wall = _train_steps(model, opt, batch, 3)
+    attr = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    events = [e for e in prof.key_averages() if getattr(e, attr, 0) > 0]
+    if device.type == "cuda":
+        events = [e for e in events if e.device_type.name == "CUDA"]
+    total = sum(getattr(e, attr) for e in events) or 1.0
+    top = sorted(events, key=lambda e: getattr(e, attr), reverse=True)[:20]
     return {
         "model": name,
-        "parameters": params,
         "batch": batch,
-        "seq_len": SEQ,
-        "fused_adamw": bool(opt.defaults.get("fused")),
-        "seconds_per_step": round(seconds, 4),
+        "wall_seconds_per_step": round(wall, 4),
+        "device_seconds_per_step": round(total / 3 / 1e6, 4),
+        "top_kernels": [
+            {
+                "name": e.key[:120],
+                "share": round(getattr(e, attr) / total, 3),
+                "calls_per_step": e.count // 3,
+            }
+            for e in top
+        ],
+    }
+
+
+def _init_on_device(model: torch.nn.Module, device: torch.device) -> None:
+    """Allocate a meta model on `device` and give it GPT-like values there (N(0, 0.02)
+    matrices, unit norms, zero biases): building a multi-billion-parameter model on the
+    CPU first would take minutes of the window."""
+    model.to_empty(device=device)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() >= 2:
+                p.normal_(0.0, 0.02)
+            elif name.endswith("weight"):
+                p.fill_(1.0)
+            else:
+                p.zero_()
+
+
+def one_bigger(layers: int, d_model: int, heads: int, batch: int, *variant: str) -> dict[str, Any]:
+    """Tokens/s and MFU of a large GPT on one GPU with the trainer's speed options (by
+    default activation checkpointing and compiled blocks): 8 steps after the warm-up.
+    The MFU counts 6N + attention, not the recomputation, so checkpointing costs MFU."""
+    from dtjob_api.spec import OptimizerSpec
+    from dtjob_trainer.config import load_config
+    from dtjob_trainer.models import build_model
+    from dtjob_trainer.optim import build_optimizer
+    from dtjob_trainer.speed import enable_tf32
+
+    opts = {"ckpt": 1, "compile": 1, **_variant_options(list(variant))}
+    device = _device()
+    enable_tf32(device)
+    seq, vocab = (SEQ, VOCAB) if device.type == "cuda" else SHAPES["tiny"]
+    model = build_model(load_config(gpt_spec(layers, d_model, heads, batch, (seq, vocab))),
+                        torch.float32, meta=True)  # fmt: skip
+    _init_on_device(model, device)
+    params = sum(p.numel() for p in model.parameters())
+    loss = _speed_setup(model, opts)
+    opt = build_optimizer(model.parameters(), OptimizerSpec(type="AdamW", lr=1e-4))
+    _train_steps(model, opt, batch, 4, loss)
+    seconds = _train_steps(model, opt, batch, 8 if device.type == "cuda" else 2, loss)
+    tokens = batch * seq / seconds
+    achieved = tokens * flops_per_token(params, layers, d_model, seq) / 1e12
+    peak = peak_tflops(torch.cuda.get_device_name(0)) if device.type == "cuda" else None
+    return {
+        "layers": layers,
+        "d_model": d_model,
+        "batch": batch,
+        "variant": opts,
+        "parameters": params,
+        "seconds_per_step": round(seconds, 3),
         "tokens_per_second": round(tokens),
         "achieved_tflops": round(achieved, 1),
         "mfu": round(achieved / peak, 3) if peak else None,
-        "peak_tflops_assumed": peak,
-        "peak_memory_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2),
+        "peak_memory_gib": _peak_gib(device),
     }
 
 
@@ -306,22 +479,125 @@ def largest(mode: str, fraction: float, budget: Budget, top_first: bool) -> dict
     return {"largest": best, "attempts": tried}
 
 
+# Compiled variants after the eager baselines: the trainer's `trainer.compile` (blocks
+# only, then blocks and loss, as the trainer compiles them on CUDA), then a larger batch
+# (after the claims: it recompiles every graph for its shape).
+COMPILED = (("1.3B", "compile=1"), ("350M", "compile=1"))
+LATER = (("350M", "compile=1", "loss=0"), ("350M", "compile=1", "batch=32"), ("760M", "compile=1"))
+# The largest GPT trained at >= 40 % MFU: (layers, d_model, heads, batch), widest first
+# (head dimension 128); the first that fits the GPU's memory estimate is tried first.
+BIGGER = ((32, 4096, 32, 8), (32, 3072, 24, 8), (32, 2560, 20, 8))
+BIGGER_MFU = 0.40
+# What the parameter-server, heterogeneous-pipeline and checkpoint measurements
+# (bench/gpu_claims.py) get of the budget at most, and what is kept back for the capped
+# searches after them.
+CLAIMS_SECONDS = 170.0
+
+
+def bigger_first(memory_bytes: int) -> int:
+    """Index in BIGGER of the widest model whose training state (fp32 weights, gradients
+    and Adam's two moments: 16 bytes a parameter) fits 85 % of the GPU's memory, leaving
+    room for the checkpointed activations and the logits."""
+    from dtjob_trainer.models.gpt import gpt_parameter_count
+
+    for i, (layers, d_model, _, _) in enumerate(BIGGER):
+        if 16 * gpt_parameter_count(layers, d_model, SEQ, VOCAB) <= 0.85 * memory_bytes:
+            return i
+    return len(BIGGER) - 1
+
+
+def measure_bigger(budget: Budget) -> dict[str, Any]:
+    """The widest of BIGGER that trains at >= BIGGER_MFU with activation checkpointing and
+    compiled blocks: from the widest the memory allows, narrower until one reaches it."""
+    memory = torch.cuda.get_device_properties(0).total_memory
+    tried: list[dict[str, Any]] = []
+    best = None
+    for shape in BIGGER[bigger_first(memory) :]:
+        out = child(budget, "bigger", *map(str, shape))
+        tried.append(out)
+        if "skipped" in out:
+            break
+        if "error" not in out and (out.get("mfu") or 0) >= BIGGER_MFU:
+            best = out
+            break
+    return {"mfu_at_least": BIGGER_MFU, "largest": best, "attempts": tried}
+
+
+def claims(budget: Budget, seconds: float, rehearse: bool) -> dict[str, Any]:
+    """bench/gpu_claims.py's record (heterogeneous pipeline, parameter servers, background
+    checkpoint), in a process of its own, bounded by `seconds` of the budget."""
+    seconds = min(seconds, budget.left())
+    if seconds < MIN_CHILD_SECONDS:
+        return {"skipped": f"the budget was spent ({max(0.0, seconds):.0f} s left)"}
+    out = Path(os.environ.get("TMPDIR", "/tmp")) / f"gpu-claims-{os.getpid()}.json"
+    cmd = [sys.executable, str(REPO / "bench" / "gpu_claims.py"), "--budget", f"{seconds:.0f}",
+           "--out", str(out), *(["--rehearse"] if rehearse else [])]  # fmt: skip
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 10)
+    except subprocess.TimeoutExpired:
+        done = None
+    sys.stderr.write(done.stdout + done.stderr if done else "gpu_claims: timed out\n")
+    try:
+        record: dict[str, Any] = json.loads(out.read_text())
+    except (OSError, ValueError):
+        tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1] if done else "timed out"
+        return {"error": tail[:300]}
+    return record
+
+
+SECTIONS = ("evaluation", "eager", "profile", "compiled", "claims", "bigger", "later", "capped")
+
+
 def measure(record: dict[str, Any], args: argparse.Namespace, write: Callable[[], None]) -> None:
-    """Every measurement, cheapest first, writing the record after each."""
+    """The measurements of `args.sections`, in order of what the window must not miss,
+    writing the record after each: the first run's figures on this card (the baseline),
+    the profile, the compiled variants, the claims, the largest model, the rest, the
+    capped searches."""
     budget = Budget(args.budget)
+    wanted = set(args.sections)
     record["budget_seconds"] = args.budget
-    record["evaluation"] = child(budget, "evaluation")
-    write()
-    record["throughput_bf16"] = []
-    for name in SIZES:
-        record["throughput_bf16"].append(child(budget, "throughput", name))
+    if "evaluation" in wanted:
+        record["evaluation"] = child(budget, "evaluation")
         write()
+    record["throughput_bf16"] = []
+    record["throughput_bf16_compiled"] = []
+    if "eager" in wanted:
+        for name in ("350M", "1.3B"):
+            record["throughput_bf16"].append(child(budget, "throughput", name))
+            write()
+    if "compiled" in wanted:
+        for variant in COMPILED:
+            record["throughput_bf16_compiled"].append(child(budget, "throughput", *variant))
+            write()
+    if "bigger" in wanted:
+        record["bigger"] = measure_bigger(budget)
+        write()
+    if "profile" in wanted:
+        record["profile_350M"] = child(budget, "profile", "350M")
+        write()
+    if "claims" in wanted:
+        record["claims"] = claims(budget, CLAIMS_SECONDS, False)
+        write()
+    if "later" in wanted:
+        record["throughput_bf16"].append(child(budget, "throughput", "760M"))
+        for variant in LATER:
+            record["throughput_bf16_compiled"].append(child(budget, "throughput", *variant))
+        write()
+    if "capped" in wanted:
+        record["capped_memory"] = capped_searches(args, budget, write)
+    record["seconds"] = round(args.budget - budget.left(), 1)
+    write()
+
+
+def capped_searches(
+    args: argparse.Namespace, budget: Budget, write: Callable[[], None]
+) -> dict[str, Any]:
+    """The largest GPT under the memory cap, plain and with CPUOffload."""
     memory = torch.cuda.get_device_properties(0).total_memory
     capped: dict[str, Any] = {
         "fraction": args.fraction,
         "cap_gib": round(args.fraction * memory / 2**30, 1),
     }
-    record["capped_memory"] = capped
     capped["plain"] = largest("plain", args.fraction, budget, top_first=False)
     write()
     capped["cpu_offload"] = largest("cpu_offload", args.fraction, budget, top_first=True)
@@ -330,8 +606,40 @@ def measure(record: dict[str, Any], args: argparse.Namespace, write: Callable[[]
         capped["offload_to_plain_parameters"] = round(
             offload["parameters"] / plain["parameters"], 2
         )
-    record["seconds"] = round(args.budget - budget.left(), 1)
+    return capped
+
+
+def rehearse(record: dict[str, Any], args: argparse.Namespace, write: Callable[[], None]) -> None:
+    """Without CUDA: every new measurement's code on the CPU with tiny models (the same
+    children, trainer speed options and claims), so a fault of the GPU image's torch or
+    of this script shows here and not in a GPU window. The figures mean nothing."""
+    budget = Budget(args.budget)
+    record["rehearsal"] = True
+    record["throughput_bf16"] = [child(budget, "throughput", "tiny")]
+    record["throughput_bf16_compiled"] = [
+        child(budget, "throughput", "tiny", "compile=1", "ckpt=1"),
+    ]
+    record["profile"] = child(budget, "profile", "tiny")
     write()
+    record["bigger"] = {"attempts": [child(budget, "bigger", *map(str, SIZES["tiny"]))]}
+    write()
+    record["claims"] = claims(budget, budget.left(), True)
+    record["seconds"] = round(args.budget - budget.left(), 1)
+
+
+def run_one(args: argparse.Namespace) -> dict[str, Any]:
+    """One measurement (a child's `--one KIND ...`)."""
+    kind, *rest = args.one
+    if kind == "throughput":
+        return one_throughput(rest[0], args.steps if torch.cuda.is_available() else 2, *rest[1:])
+    if kind == "profile":
+        return one_profile(rest[0])
+    if kind == "bigger":
+        layers, d_model, heads, batch = map(int, rest[:4])
+        return one_bigger(layers, d_model, heads, batch, *rest[4:])
+    if kind == "capped":
+        return one_capped(rest[0], int(rest[1]), float(rest[2]))
+    return one_evaluation()
 
 
 def main() -> None:
@@ -340,17 +648,18 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--budget", type=float, default=3600.0, help="seconds for all")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--sections",
+        type=lambda v: [x for x in v.split(",") if x],
+        default=list(SECTIONS),
+        help=f"comma-separated, of {','.join(SECTIONS)} (default: all, in that order)",
+    )
     parser.add_argument("--one", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if unknown := set(args.sections) - set(SECTIONS):
+        parser.error(f"--sections: unknown {sorted(unknown)}; known: {', '.join(SECTIONS)}")
     if args.one:
-        kind, *rest = args.one
-        if kind == "throughput":
-            out = one_throughput(rest[0], args.steps)
-        elif kind == "capped":
-            out = one_capped(rest[0], int(rest[1]), float(rest[2]))
-        else:
-            out = one_evaluation()
-        print(json.dumps(out))
+        print(json.dumps(run_one(args)))
         return
     record: dict[str, Any] = {"machine": machine(), "date": time.strftime("%Y-%m-%d")}
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -362,6 +671,7 @@ def main() -> None:
 
     if not torch.cuda.is_available():
         record["skipped"] = "no CUDA device visible to torch"
+        rehearse(record, args, write)
     else:
         measure(record, args, write)
     write()

@@ -35,7 +35,35 @@ def verdict(out: Path) -> list[str]:
     record = json.loads((out / "gpu.json").read_text())
     if record.get("skipped") != "no CUDA device visible to torch":
         problems.append(f"bench/gpu.py did not take its no-CUDA path: {record}")
+    elif not record.get("rehearsal"):
+        problems.append("bench/gpu.py did not rehearse its measurements on the CPU")
+    else:
+        for section in REHEARSED:
+            if section not in record:
+                problems.append(f"bench/gpu.py's rehearsal has no {section!r}")
+        problems += [f"bench/gpu.py rehearsal: {where}: {what}" for where, what in faults(record)]
     return problems
+
+
+# What bench/gpu.py's rehearsal must have run (bench/gpu_claims.py's sections under claims).
+REHEARSED = ("throughput_bf16", "throughput_bf16_compiled", "profile", "bigger", "claims")
+
+
+def faults(node: object, where: str = "") -> list[tuple[str, str]]:
+    """Every "error" or "skipped" entry in a rehearsal record, with where it sits: in a
+    rehearsal every measurement must run (a skip there would hide an untested path)."""
+    found: list[tuple[str, str]] = []
+    if isinstance(node, dict):
+        for key in ("error", "skipped"):
+            if key in node and where:
+                found.append((where, str(node[key])[:200]))
+        for key, value in node.items():
+            if key != "skipped" or where:
+                found += faults(value, f"{where}.{key}" if where else key)
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            found += faults(value, f"{where}[{i}]")
+    return found
 
 
 def main() -> None:

@@ -18,7 +18,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = {"dtjob_api": REPO / "api", "dtjob_trainer": REPO / "trainer_image"}
-SCRIPTS = [REPO / "bench" / "gpu.py"]
+SCRIPTS = [REPO / "bench" / "gpu.py", REPO / "bench" / "gpu_claims.py"]
 
 
 def modules() -> list[str]:

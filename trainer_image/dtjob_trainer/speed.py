@@ -6,7 +6,7 @@ bit-for-bit equal to single-process training.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 from torch import nn
@@ -34,6 +34,28 @@ def apply_block_options(
         if compile_blocks:
             block.compile(backend=backend)
     return model
+
+
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def compile_loss(compile_blocks: bool, device: torch.device) -> bool:
+    """Whether the training loss is compiled too: with trainer.compile, on CUDA only. A
+    GPT's loss upcasts the bf16 logits (batch x seqLen x vocab) to fp32 and reads them
+    several times in eager mode; compiled, it is one fused pass, which the smaller models
+    feel (the logits are a large part of their step). On the CPU the eager loss stays:
+    there it is no bottleneck, and each compiled graph costs a C compiler's run."""
+    return compile_blocks and device.type == "cuda"
+
+
+def training_loss(compiled: bool, backend: str = "inductor") -> LossFn:
+    """The trainer's loss (models.loss_fn), compiled when `compiled` (compile_loss)."""
+    from dtjob_trainer.models import loss_fn
+
+    if not compiled:
+        return loss_fn
+    fn: LossFn = torch.compile(loss_fn, backend=backend)
+    return fn
 
 
 def fused_ok(params: Iterable[torch.Tensor]) -> bool:

@@ -15,8 +15,16 @@ from unit.trainer.harness import COMPILE_SECONDS, COMPILE_TIMEOUT, a_spec, launc
 from unit.trainer.reference import assert_losses_close, assert_params_close, reference_run
 
 from dtjob_api.spec import OptimizerSpec
+from dtjob_trainer.models import loss_fn
 from dtjob_trainer.optim import build_optimizer
-from dtjob_trainer.speed import apply_block_options, enable_tf32, fused_ok, to_device
+from dtjob_trainer.speed import (
+    apply_block_options,
+    compile_loss,
+    enable_tf32,
+    fused_ok,
+    to_device,
+    training_loss,
+)
 
 
 def tiny(dtype: torch.dtype = torch.float64) -> nn.Sequential:
@@ -56,6 +64,23 @@ def test_compiled_blocks_train_within_rounding() -> None:
     compiled_model = apply_block_options(tiny(torch.float32), False, True)
     assert list(compiled_model.state_dict()) == list(tiny().state_dict())
     torch.testing.assert_close(train(compiled_model, steps=3), eager, rtol=1e-4, atol=1e-5)
+
+
+def test_the_loss_is_compiled_with_the_blocks_on_cuda_only() -> None:
+    cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
+    assert compile_loss(True, cuda)
+    assert not compile_loss(False, cuda) and not compile_loss(True, cpu)
+    assert training_loss(False) is loss_fn
+
+
+def test_a_compiled_loss_equals_the_eager_one() -> None:
+    logits = torch.randn(3, 5, 11, dtype=torch.float64, requires_grad=True)
+    target = torch.randint(0, 11, (3, 5))
+    compiled = training_loss(True, backend="aot_eager")
+    assert compiled is not loss_fn
+    eager_grad = torch.autograd.grad(loss_fn(logits, target), logits)[0]
+    torch.testing.assert_close(compiled(logits, target), loss_fn(logits, target))
+    torch.testing.assert_close(torch.autograd.grad(compiled(logits, target), logits)[0], eager_grad)
 
 
 def test_no_option_returns_the_model_untouched() -> None:

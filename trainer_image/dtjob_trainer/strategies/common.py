@@ -10,8 +10,7 @@ from torch import nn
 
 from dtjob_trainer.context import RunContext
 from dtjob_trainer.data import batch
-from dtjob_trainer.models import loss_fn
-from dtjob_trainer.speed import to_device
+from dtjob_trainer.speed import compile_loss, to_device, training_loss
 
 
 def shard_forward_backward(
@@ -27,6 +26,7 @@ def shard_forward_backward(
     the global batch's mean to one rounding whatever the split (data.shard)."""
     cfg = ctx.cfg.trainer
     data = ctx.data
+    loss_fn = training_loss(compile_loss(cfg.compile, ctx.device))
 
     def forward_backward(step: int) -> torch.Tensor:
         x, y = batch(data, step, cfg.batchSize, cfg.seed, dp_rank, dp_size)
