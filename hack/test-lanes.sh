@@ -75,6 +75,24 @@ fi
 export DTJOB_LANES_CLAIMS=${TEST_REPORTS:-$(pwd)/.test-reports}/unit-claims
 rm -rf "$DTJOB_LANES_CLAIMS"
 mkdir -p "$DTJOB_LANES_CLAIMS"
+# The machine's load beside the lanes, every 2 minutes: the load average and the six
+# busiest processes of that moment (top's second pass: CPU over the last second, not since
+# their start). A run far slower than its committed figure then shows whether something
+# outside the tests took the cores (hack/test_durations.py sums it up).
+LOAD_LOG=${TEST_REPORTS:-$(pwd)/.test-reports}/load.txt
+: >"$LOAD_LOG"
+sample_load() {
+  while sleep "${DTJOB_LOAD_EVERY:-120}"; do
+    {
+      echo "load $(date +%s) $(cut -d' ' -f1-3 /proc/loadavg)"
+      top -b -c -n 2 -d 1 -o %CPU -w 200 2>/dev/null |
+        awk '/^top -/ {pass++} pass == 2 && $1 ~ /^[0-9]+$/ {$1 = $2 = $3 = $4 = $5 = $6 = $7 = $8 = $10 = $11 = ""; print "proc", $0; if (++n == 6) exit}'
+    } >>"$LOAD_LOG"
+  done
+}
+sample_load </dev/null >/dev/null 2>&1 &
+sampler=$!
+trap 'kill "$sampler" 2>/dev/null' EXIT
 declare -A running=() # pid -> lane
 start() {
   local lane=$1

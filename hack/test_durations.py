@@ -115,6 +115,40 @@ def read_tier(path: Path) -> list[dict[str, Any]]:
     return cases
 
 
+def read_load(path: Path) -> dict[str, Any]:
+    """hack/test-lanes.sh's load samples: the 1-minute load average's mean and maximum, and
+    the commands most often among the six busiest processes, with their mean CPU % then."""
+    loads: list[float] = []
+    seen: dict[str, list[float]] = defaultdict(list)
+    try:
+        text = path.read_text()
+    except OSError:
+        return {}
+    for line in text.splitlines():
+        words = line.split()
+        if len(words) >= 3 and words[0] == "load":
+            loads.append(float(words[2]))
+        elif len(words) >= 3 and words[0] == "proc":
+            # The program and its first two arguments ("python -m dtjob_trainer"), cut short.
+            command = " ".join(w.rsplit("/", 1)[-1] for w in words[2:5])[:48]
+            try:
+                seen[command].append(float(words[1]))
+            except ValueError:
+                continue
+    if not loads:
+        return {}
+    busiest = sorted(seen.items(), key=lambda kv: -sum(kv[1]))[:8]
+    return {
+        "samples": len(loads),
+        "load1_mean": round(sum(loads) / len(loads), 1),
+        "load1_max": max(loads),
+        "busiest": [
+            {"command": cmd, "samples": len(v), "mean_cpu_percent": round(sum(v) / len(v))}
+            for cmd, v in busiest
+        ],
+    }
+
+
 def report(reports: Path, top: int) -> dict[str, Any]:
     tiers: dict[str, list[dict[str, Any]]] = {
         xml.stem: read_tier(xml) for xml in sorted(reports.glob("*.xml"))
@@ -132,6 +166,7 @@ def report(reports: Path, top: int) -> dict[str, Any]:
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "ci": os.environ.get("CI") == "true",
         "phases": read_phases(reports / "phases.tsv"),
+        "load": read_load(reports / "load.txt"),
         "tiers": {
             t: {
                 "tests": len(cases),
@@ -169,6 +204,15 @@ def summary(rec: dict[str, Any], top: int = 10) -> str:
             lines.append(f"  {name:<22} {minutes(q['seconds'])}{mark}")
     if rec["phases"]:
         lines.append(f"  {'total':<22} {minutes(total)}")
+    if load := rec.get("load"):
+        lines.append(
+            f"  load average {load['load1_mean']} (max {load['load1_max']}) over "
+            f"{load['samples']} samples; busiest: "
+            + ", ".join(
+                f"{b['command']} {b['mean_cpu_percent']}% x{b['samples']}"
+                for b in load["busiest"][:6]
+            )
+        )
     for tier, t in rec["tiers"].items():
         lines.append(
             f"  tier {tier:<17} {minutes(t['seconds'])} in tests, {t['tests']} tests, "
