@@ -197,6 +197,11 @@ class AdmissionBook:
         with self._lock:
             return dict(self._growable_since)
 
+    def resizing(self) -> dict[str, int]:
+        """uid -> the size of the last resize a pass decided for each elastic job."""
+        with self._lock:
+            return {uid: size for uid, (size, _) in self._resize.items()}
+
     def kept_placements(self) -> dict[str, dict[str, str]]:
         """uid -> pod name -> node of the placements given so far (a copy)."""
         with self._lock:

@@ -158,10 +158,11 @@ class AdmissionController:
             return decisions
 
     def _with_memory(self, snapshot: Snapshot) -> Snapshot:
-        """What earlier passes decided that this one builds on: placements given, and
-        since when elastic jobs could grow."""
+        """What earlier passes decided that this one builds on: placements given, since
+        when elastic jobs could grow, and the resizes decided."""
         return replace(snapshot, kept=self.book.kept_placements(),
-                       growable_since=self.book.growable_since())  # fmt: skip
+                       growable_since=self.book.growable_since(),
+                       resizing=self.book.resizing())  # fmt: skip
 
     def gather(self) -> Snapshot:
         """List what the pass reads and fold it into a Snapshot."""

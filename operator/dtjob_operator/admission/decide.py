@@ -258,7 +258,8 @@ def _judge(
         shrunk = select_victims(job, partials, fits)
         if shrunk:
             releasing.add(job.namespace)
-            elastic.shrink(job, shrunk, result)
+            kept = snapshot.resizing
+            elastic.shrink(job, elastic.least_shrinks(shrunk, fits, kept), result)
             return REASON_WAITING_FOR_ADMISSION, messages.shrinking([v.name for v in shrunk])
 
         def fits_shrunk(vs: Sequence[JobView]) -> bool:
@@ -276,6 +277,9 @@ def _judge(
             for p in list(needed):
                 if fits([*victims, *(q for q in needed if q is not p)]):
                     needed.remove(p)
+            needed = elastic.least_shrinks(
+                needed, lambda vs: fits([*victims, *vs]), snapshot.resizing
+            )
             elastic.shrink(job, needed, result)
             releasing.add(job.namespace)
             for v in victims:

@@ -1,11 +1,11 @@
 """Elastic jobs in the admission pass (docs/admission.md, "Elastic jobs"), pure: the size
 a waiting elastic job is admitted at, the growth of running ones into room that stayed
-free, and what shrinking one to its minimum frees for a higher-priority job. decide.py
+free, and how far to shrink them for a higher-priority job (no further than it needs). decide.py
 calls these; they record into its Decisions."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -26,26 +26,73 @@ FitsWithout = Callable[
 
 
 def shrink(job: JobView, shrunk: Sequence[JobView], result: Decisions) -> None:
+    """Record the resizes of `shrunk` (views from `shrinkable`, `held` cut by
+    `least_shrinks`) for higher-priority `job`."""
     for v in shrunk:
-        least = v.elastic_min or len(v.gang)
-        why = f"shrunk from {len(v.gang)} to {least} workers for higher-priority job {job.name}"
-        result.resize[v.uid] = (least, why)
+        size = len(v.gang) - len(v.held)
+        why = f"shrunk from {len(v.gang)} to {size} workers for higher-priority job {job.name}"
+        result.resize[v.uid] = (size, why)
         result.keys[v.uid] = v.key
 
 
 def shrinkable(job: JobView, admitted: Sequence[JobView]) -> list[JobView]:
     """Running elastic jobs of the namespace above their minimum, each as what shrinking it
-    frees: its top ranks' pods (the new gang is its first ranks)."""
+    to its minimum frees: its top ranks' pods (the new gang is its first ranks)."""
     out = []
     for v in admitted:
         least = v.elastic_min
         if least is None or v.namespace != job.namespace or v.missing or v.draining:
             continue
-        # A pod of unknown node frees quota room only: never counted on a node it is not on.
-        nodes = v.pod_nodes if len(v.pod_nodes) == len(v.gang) else (None,) * len(v.gang)
-        top = [(node, p.requests) for node, p in zip(nodes, v.gang, strict=True)][least:]
-        out.append(replace(v, held=tuple(top)))
+        out.append(freeing(v, least))
     return out
+
+
+def freeing(v: JobView, size: int) -> JobView:
+    """`v` as what shrinking it to `size` workers frees: the pods of its ranks from `size`
+    up (a pod of unknown node frees quota room only: never counted on a node it is not on)."""
+    nodes = v.pod_nodes if len(v.pod_nodes) == len(v.gang) else (None,) * len(v.gang)
+    top = [(node, p.requests) for node, p in zip(nodes, v.gang, strict=True)][size:]
+    return replace(v, held=tuple(top))
+
+
+def least_shrinks(
+    shrunk: Sequence[JobView],
+    fits: Callable[[Sequence[JobView]], bool],
+    in_flight: Mapping[str, int] | None = None,
+) -> list[JobView]:
+    """`shrunk` (each at its minimum, and together enough: `fits(shrunk)`) with each job
+    shrunk only as far as the higher-priority job needs: the largest size that still lets
+    it fit, the highest-priority (then oldest) job kept largest first. Each shrink is a
+    checkpoint-restart of the whole gang; the workers it keeps are not restarted again
+    when it grows back after its cooldown.
+
+    A shrink an earlier pass decided and the gang has not reached yet (`in_flight`: uid ->
+    size) is kept as it is while it still makes room: re-decided on every pass, the size
+    moved as the old pods went (the room they leave counts as free), 4 -> 2 and then
+    4 -> 3, and the resize that was under way was replaced by another."""
+    chosen = {v.uid: v for v in shrunk}
+    kept = {
+        v.uid: size
+        for v in shrunk
+        if (size := (in_flight or {}).get(v.uid)) is not None
+        and len(v.gang) - len(v.held) <= size < len(v.gang)
+    }
+    trial = {**chosen, **{uid: freeing(chosen[uid], size) for uid, size in kept.items()}}
+    if kept and fits(list(trial.values())):
+        chosen = trial
+    else:
+        kept = {}
+    order = sorted(shrunk, key=lambda v: (-v.priority, v.created, v.name))
+    for v in order:
+        if v.uid in kept:
+            continue
+        least = len(v.gang) - len(v.held)
+        for size in range(len(v.gang) - 1, least, -1):
+            trial = {**chosen, v.uid: freeing(v, size)}
+            if fits(list(trial.values())):
+                chosen[v.uid] = trial[v.uid]
+                break
+    return [chosen[v.uid] for v in shrunk]
 
 
 def grow(

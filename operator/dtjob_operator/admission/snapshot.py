@@ -119,6 +119,9 @@ class Snapshot:
     """uid -> since when an elastic job has had room to grow (passes in a row)."""
     kept: dict[str, dict[str, str]] = field(default_factory=dict)
     """uid -> pod name -> node: where earlier passes placed pods not created yet."""
+    resizing: dict[str, int] = field(default_factory=dict)
+    """uid -> the size an earlier pass resized an elastic job to (in flight while its
+    gang is not that size yet): a shrink is kept, not re-decided while the gang drains."""
 
 
 def gang_pods(

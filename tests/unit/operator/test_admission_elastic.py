@@ -130,6 +130,49 @@ def test_preemption_shrinks_an_elastic_job_to_its_minimum_before_stopping_anyone
     assert set(result.preempt) == {"fixed"} and result.resize["e"][0] == 2
 
 
+def test_an_elastic_job_is_shrunk_only_as_far_as_the_preemptor_needs() -> None:
+    """Issue 35, measured on 4 nodes x 8 GPUs: `e` runs 4 x 8 GPUs (minimum 1), one worker
+    a node; an urgent 2 x 8 job needs two nodes. Shrinking `e` to 2 is enough: one
+    checkpoint-restart of 4 -> 2, not 4 -> 1 and a growth back to 2 after the cooldown."""
+    nodes = [node(f"n{i}", 8, 0) for i in range(4)]
+    on = tuple(f"n{i}" for i in range(4))
+    e = named("e", 4, 8, admitted=True, elastic_min=1, created=1,
+              held=tuple((n, {GPU: 8}) for n in on), pod_nodes=on)  # fmt: skip
+    urgent = named("urgent", 2, 8, priority=10, created=3)
+    result = decide(snapshot([e, urgent], nodes), preemption=True)
+    assert result.preempt == {}
+    assert result.resize == {"e": (2, "shrunk from 4 to 2 workers for higher-priority job urgent")}
+    # With a job stopped whole as well, the shrink is still the least that makes room.
+    fixed = named("fixed", 1, 8, admitted=True, created=2, held=(("n4", {GPU: 8}),))
+    big = named("urgent", 4, 8, priority=10, created=3)
+    wider = [*nodes, node("n4", 8, 0)]
+    result = decide(snapshot([e, fixed, big], wider), preemption=True)
+    assert set(result.preempt) == {"fixed"} and result.resize["e"][0] == 1
+    result = decide(snapshot([e, fixed, named("urgent", 3, 8, priority=10, created=3)],
+                             wider), preemption=True)  # fmt: skip
+    assert result.preempt == {} and result.resize["e"][0] == 1
+
+
+def test_a_shrink_in_flight_is_kept_while_the_gang_drains() -> None:
+    """The shrink of `e` to 2 was decided; its pods are going, rank 2's first (n2 free).
+    Decided afresh, 3 would now do (n2 and rank 3's n3): the resize under way would be
+    replaced by another, one more checkpoint-restart. The pass keeps the size decided."""
+    nodes = [node(f"n{i}", 8, 8 if i == 2 else 0) for i in range(4)]
+    left = ("n0", "n1", "n3")
+    e = named("e", 4, 8, admitted=True, elastic_min=1, created=1,
+              held=tuple((n, {GPU: 8}) for n in left),
+              pod_nodes=("n0", "n1", None, "n3"))  # fmt: skip
+    urgent = named("urgent", 2, 8, priority=10, created=3)
+    fresh = decide(snapshot([e, urgent], nodes), preemption=True)
+    assert fresh.resize["e"][0] == 3
+    kept = decide(replace(snapshot([e, urgent], nodes), resizing={"e": 2}), preemption=True)
+    assert kept.resize == {"e": (2, "shrunk from 4 to 2 workers for higher-priority job urgent")}
+    # A size the gang already has (a finished resize) or one that no longer makes room
+    # is decided afresh.
+    done = decide(replace(snapshot([e, urgent], nodes), resizing={"e": 4}), preemption=True)
+    assert done.resize["e"][0] == 3
+
+
 def test_a_running_job_is_viewed_with_its_bounds_until_it_is_out_of_resizes() -> None:
     """From the job object: a job at 3 of 4 workers (minimum 2) may grow to 4 and be shrunk
     to 2, not before its last resize + the cooldown; once it has had maxResizes resizes
