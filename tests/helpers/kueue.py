@@ -20,6 +20,7 @@ import functools
 import os
 import shutil
 import subprocess
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -129,15 +130,27 @@ class Kueue:
 
     def __init__(self, kubeconfig: Path, workdir: Path, **options: Any) -> None:
         self.log = workdir / "kueue.log"
-        cfg = config(workdir, **options)
-        health = yaml.safe_load(cfg.read_text())["health"]["healthProbeBindAddress"]
-        with self.log.open("w") as out:
+        self.kubeconfig = kubeconfig
+        self.cfg = config(workdir, **options)
+        self.health = yaml.safe_load(self.cfg.read_text())["health"]["healthProbeBindAddress"]
+        self._start()
+
+    def _start(self) -> None:
+        with self.log.open("a") as out:
+            argv = [str(bin_dir() / "kueue"), f"--config={self.cfg}"]
             self.proc = subprocess.Popen(
-                [str(bin_dir() / "kueue"), f"--config={cfg}", f"--kubeconfig={kubeconfig}"],
+                [*argv, f"--kubeconfig={self.kubeconfig}"],
                 stdout=out, stderr=subprocess.STDOUT,
-                env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+                env={**os.environ, "KUBECONFIG": str(self.kubeconfig)},
             )  # fmt: skip
-        wait_for(lambda: self._healthy(health), 90, what=f"Kueue healthy (log {self.log})")
+        wait_for(lambda: self._healthy(self.health), 90, what=f"Kueue healthy (log {self.log})")
+
+    def restart(self, down_seconds: float = 0.0) -> None:
+        """Stop it, stay down `down_seconds`, start it again with the same configuration
+        (a Kueue upgrade or a rescheduled manager pod, as a cluster sees it)."""
+        self.stop()
+        time.sleep(down_seconds)
+        self._start()
 
     def _healthy(self, address: str) -> bool:
         if self.proc.poll() is not None:
