@@ -123,7 +123,12 @@ class PipeDreamStage:
         ys = list(y.chunk(parts)) if y is not None and self.is_last else []
         pending: dict[int, tuple[torch.Tensor, torch.Tensor | None]] = {}
         grads: dict[int, list[torch.Tensor]] = {}
+        # A flush (one update with the step's mean gradient) sums each micro-batch's
+        # gradient into one buffer as it comes: kept apart until the update, the stage
+        # held one gradient per micro-batch in flight and two more copies at the sum.
+        flush = not any(a.op == Op.UPDATE and a.microbatch is not None for a in actions)
         accumulated: list[torch.Tensor] | None = None
+        done: set[int] = set()
         losses: list[torch.Tensor] = []
         sends: list[dist.Work] = []
         for a in actions:
@@ -159,22 +164,26 @@ class PipeDreamStage:
                     for w, d in zip(weights, got, strict=False)
                 ]
                 self._record("backward", a, weights)
-                if a.microbatch in grads:
+                if a.microbatch in done:
                     raise RuntimeError(f"micro-batch {a.microbatch} backward twice")
-                grads[a.microbatch] = g
+                done.add(a.microbatch)
+                if not flush:
+                    grads[a.microbatch] = g
+                elif accumulated is None:
+                    accumulated = g
+                else:
+                    torch._foreach_add_(accumulated, g)
             else:  # UPDATE
                 if a.microbatch is not None:
                     update = grads.pop(a.microbatch)
                 else:  # the step's mean gradient: equal to the full batch's
-                    for g in grads.values():
-                        accumulated = g if accumulated is None else _add(accumulated, g)
-                    grads.clear()
                     assert accumulated is not None
-                    update = [g / parts for g in accumulated]
+                    torch._foreach_div_(accumulated, parts)
+                    update, accumulated = accumulated, None
                 self._apply(update, a.version)
         for work in sends:
             work.wait()
-        if pending or grads:
+        if pending or grads or accumulated is not None:
             raise RuntimeError(f"stage {self.stage}: the step ended with work in flight")
         return losses
 
@@ -240,6 +249,3 @@ class PipeDreamStage:
         dist.recv(buf, src)
         return buf.to(self.device)
 
-
-def _add(a: list[torch.Tensor], b: list[torch.Tensor]) -> list[torch.Tensor]:
-    return [x + y for x, y in zip(a, b, strict=True)]
