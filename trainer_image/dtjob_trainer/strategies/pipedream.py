@@ -114,6 +114,9 @@ def run_pipedream(
             live = {k: p.detach().clone() for k, p in module.named_parameters()}
             store = initial_store(schedule, s, loaded_shadow, live)
             driver.restore(live_version_at(schedule, s, microbatches), store)
+            # Not held through the first step (when the optimizer's state is made too):
+            # what the store kept of it stays, the rest is a whole copy of the stage.
+            del live, store
         x, y = batch(ctx.data, s, cfg.batchSize, cfg.seed)
         losses = driver.run(
             actions(s) if actions else step_actions(schedule, n, rank, microbatches, s),
