@@ -53,7 +53,7 @@ trap 'rm -rf "$out"' EXIT
 # long as alone (176 s of tests where alone they took 97), so the rehearsal gets more.
 rc=0
 env -u PYTHONPATH -u VIRTUAL_ENV OUT="$out" PYTHON="$venv/bin/python" \
-  GPU_CHECK_BUDGET="${GPU_CHECK_BUDGET:-900}" GPU_TEST_WORKERS="${GPU_TEST_WORKERS:-2}" \
+  GPU_CHECK_BUDGET="${GPU_CHECK_BUDGET:-1200}" GPU_TEST_WORKERS="${GPU_TEST_WORKERS:-2}" \
   bash "$top/hack/gpu-check.sh" || rc=$?
 "$venv/bin/python" "$top/hack/gpu_rehearsal_verdict.py" "$out" || rc=1
 if [ -n "${TEST_REPORTS:-}" ] && [ -f "$out/tests-gpu.xml" ]; then
