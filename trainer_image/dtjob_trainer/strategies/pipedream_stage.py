@@ -248,4 +248,3 @@ class PipeDreamStage:
         buf = torch.empty(shape, dtype=_DTYPES[int(header[-1])], device=self.wire)
         dist.recv(buf, src)
         return buf.to(self.device)
-
