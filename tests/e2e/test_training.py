@@ -32,7 +32,10 @@ MIN_ACCURACY = 0.8
 # EASGD is judged by its center variable, which trails the workers' models by design
 # (elastic averaging pulls it toward them a little each round): 0.58 measured here.
 MIN_ACCURACY_BY_EXAMPLE = {"easgd": 0.5}
-TIMEOUT = 1500  # all of them, from the first apply; measured: about 10 min
+# All of them, from the first apply: about 10 min on the committed figure (25 min CI runs);
+# 1463 s in stop 40's run and over 1500 s in a local run of 2026-11-28, where the whole
+# suite ran 2 to 2.5x slower than its committed figure (the next session's first item).
+TIMEOUT = 2400
 POLL = 2.0
 
 
