@@ -90,9 +90,25 @@ sample_load() {
     } >>"$LOAD_LOG"
   done
 }
+# The machine's speed before the lanes start: one fixed pure-Python loop, timed. The CI
+# machine of 2026-11-28 ran the same tree 2.5-3.4x slower than stop 33's (cold mypy 50 s
+# against 17 s, the GPU rehearsal 207 s against 61 s): set beside the lanes' wall and CPU
+# times, the gauge tells a slower machine from a heavier suite.
+python3 -c 'import time; t = time.perf_counter(); sum(i * i for i in range(4_000_000)); print("gauge_seconds", round(time.perf_counter() - t, 3))' >>"$LOAD_LOG" 2>/dev/null
+# The real node's containers run in the kubelet's cgroups, outside the lanes' (timed.sh):
+# their CPU is counted apart, from the kubepods cgroup's usage before and after.
+KUBEPODS=/sys/fs/cgroup/cpuacct/kubepods/cpuacct.usage
+containers_before=$(cat "$KUBEPODS" 2>/dev/null || echo 0)
+containers_cpu() {
+  local after
+  after=$(cat "$KUBEPODS" 2>/dev/null) || return 0
+  # A node started during the run made the cgroup afresh: it counts from zero.
+  [ "$after" -ge "$containers_before" ] || containers_before=0
+  awk -v a="$containers_before" -v b="$after" 'BEGIN { printf "containers_cpu_seconds %.1f\n", (b - a) / 1e9 }' >>"$LOAD_LOG"
+}
 sample_load </dev/null >/dev/null 2>&1 &
 sampler=$!
-trap 'kill "$sampler" 2>/dev/null' EXIT
+trap 'kill "$sampler" 2>/dev/null; containers_cpu' EXIT
 declare -A running=() # pid -> lane
 start() {
   local lane=$1

@@ -85,8 +85,11 @@ def read_phases(path: Path) -> list[dict[str, Any]]:
     phases = []
     if path.is_file():
         for line in path.read_text().splitlines():
-            name, seconds, rc = line.split("\t")
-            phases.append({"phase": name, "seconds": float(seconds), "rc": int(rc)})
+            name, seconds, rc, *more = line.split("\t")
+            phase: dict[str, Any] = {"phase": name, "seconds": float(seconds), "rc": int(rc)}
+            if more and more[0] != "-":  # hack/timed.sh's CPU seconds, where it could count
+                phase["cpu_seconds"] = float(more[0])
+            phases.append(phase)
     return phases
 
 
@@ -120,6 +123,7 @@ def read_load(path: Path) -> dict[str, Any]:
     the commands most often among the six busiest processes, with their mean CPU % then."""
     loads: list[float] = []
     seen: dict[str, list[float]] = defaultdict(list)
+    extra: dict[str, float] = {}
     try:
         text = path.read_text()
     except OSError:
@@ -128,6 +132,8 @@ def read_load(path: Path) -> dict[str, Any]:
         words = line.split()
         if len(words) >= 3 and words[0] == "load":
             loads.append(float(words[2]))
+        elif len(words) == 2 and words[0] in ("gauge_seconds", "containers_cpu_seconds"):
+            extra[words[0]] = float(words[1])
         elif len(words) >= 3 and words[0] == "proc":
             # The program and its first two arguments ("python -m dtjob_trainer"), cut short.
             command = " ".join(w.rsplit("/", 1)[-1] for w in words[2:5])[:48]
@@ -136,9 +142,10 @@ def read_load(path: Path) -> dict[str, Any]:
             except ValueError:
                 continue
     if not loads:
-        return {}
+        return extra
     busiest = sorted(seen.items(), key=lambda kv: -sum(kv[1]))[:8]
     return {
+        **extra,
         "samples": len(loads),
         "load1_mean": round(sum(loads) / len(loads), 1),
         "load1_max": max(loads),
@@ -200,11 +207,13 @@ def summary(rec: dict[str, Any], top: int = 10) -> str:
     for p in outer:
         for q in [p, *in_lanes] if p["phase"] == "lanes" else [p]:
             mark = "" if q["rc"] == 0 else f"  (exit {q['rc']})"
+            cpu = f"  CPU {minutes(q['cpu_seconds'])}" if "cpu_seconds" in q else ""
             name = f"  {q['phase'][5:]}" if q is not p else p["phase"]
-            lines.append(f"  {name:<22} {minutes(q['seconds'])}{mark}")
+            lines.append(f"  {name:<22} {minutes(q['seconds'])}{cpu}{mark}")
     if rec["phases"]:
         lines.append(f"  {'total':<22} {minutes(total)}")
-    if load := rec.get("load"):
+    load = rec.get("load") or {}
+    if "load1_mean" in load:
         lines.append(
             f"  load average {load['load1_mean']} (max {load['load1_max']}) over "
             f"{load['samples']} samples; busiest: "
@@ -212,6 +221,16 @@ def summary(rec: dict[str, Any], top: int = 10) -> str:
                 f"{b['command']} {b['mean_cpu_percent']}% x{b['samples']}"
                 for b in load["busiest"][:6]
             )
+        )
+    if "containers_cpu_seconds" in load:
+        lines.append(
+            f"  CPU of the real node's containers (not in the lanes' figures): "
+            f"{minutes(load['containers_cpu_seconds'])}"
+        )
+    if "gauge_seconds" in load:
+        lines.append(
+            f"  machine speed gauge: {load['gauge_seconds']:.2f} s for hack/test-lanes.sh's "
+            f"fixed pure-Python loop before the lanes (lower is faster)"
         )
     for tier, t in rec["tiers"].items():
         lines.append(

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import torch
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
-from unit.trainer.harness import a_spec, finish, launch, start_launch, wait_for
+from unit.trainer.harness import LAUNCH_SECONDS, a_spec, finish, launch, start_launch, wait_for
 from unit.trainer.ranks import run_ranks, strategy_context
 
 from dtjob_trainer.checkpoint import LATEST, Checkpointer
@@ -204,7 +204,9 @@ def test_sigterm_then_resume_equals_algorithm_1(tmp_path: Path) -> None:
     steps = 200
     spec = rr_spec(0.5, steps=steps, checkpoint_every=10, logEverySteps=5)
     proc, ckpt, result = start_launch(spec, tmp_path)
-    wait_for(lambda: (ckpt / LATEST).exists() or proc.poll() is not None, 180, "a checkpoint")
+    wait_for(
+        lambda: (ckpt / LATEST).exists() or proc.poll() is not None, LAUNCH_SECONDS, "a checkpoint"
+    )
     proc.send_signal(signal.SIGTERM)
     stopped = finish(proc, ckpt, result)
     assert stopped.rc == EXIT_PREEMPTED, stopped.output

@@ -11,7 +11,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from unit.trainer.harness import a_spec, finish, launch, start_launch, wait_for
+from unit.trainer.harness import LAUNCH_SECONDS, a_spec, finish, launch, start_launch, wait_for
 
 from dtjob_trainer.checkpoint import LATEST, Checkpointer
 from dtjob_trainer.errors import EXIT_PREEMPTED
@@ -48,7 +48,9 @@ def test_sigterm_and_resume_leave_the_curve_of_an_uninterrupted_run(tmp_path: Pa
     assert [r[0] for r in bounded["rows"]] == [p["step"] for p in points]
 
     proc, ckpt, result = start_launch(SPEC, tmp_path / "cut")
-    wait_for(lambda: (ckpt / LATEST).exists() or proc.poll() is not None, 180, "a checkpoint")
+    wait_for(
+        lambda: (ckpt / LATEST).exists() or proc.poll() is not None, LAUNCH_SECONDS, "a checkpoint"
+    )
     proc.send_signal(signal.SIGTERM)
     stopped = finish(proc, ckpt, result)
     assert stopped.rc == EXIT_PREEMPTED, stopped.output

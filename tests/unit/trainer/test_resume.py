@@ -11,7 +11,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from unit.trainer.harness import a_spec, finish, launch, start_launch, wait_for
+from unit.trainer.harness import LAUNCH_SECONDS, a_spec, finish, launch, start_launch, wait_for
 from unit.trainer.reference import assert_losses_close, assert_params_close, reference_run
 
 from dtjob_trainer.checkpoint import LATEST, Checkpointer
@@ -36,7 +36,9 @@ def test_sigterm_then_resume_equals_uninterrupted(
         optimizer={"type": "Adam", "lr": 0.003},
     )
     proc, ckpt, result = start_launch(spec, tmp_path)
-    wait_for(lambda: (ckpt / LATEST).exists() or proc.poll() is not None, 180, "a checkpoint")
+    wait_for(
+        lambda: (ckpt / LATEST).exists() or proc.poll() is not None, LAUNCH_SECONDS, "a checkpoint"
+    )
     proc.send_signal(signal.SIGTERM)
     stopped_run = finish(proc, ckpt, result)
     assert stopped_run.rc == EXIT_PREEMPTED, stopped_run.output
