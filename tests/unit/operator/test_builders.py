@@ -18,6 +18,7 @@ from dtjob_operator.builders import (
     build_service,
     child_key,
 )
+from dtjob_operator.builders.pod import omp_threads
 from dtjob_operator.settings import OperatorSettings
 
 SETTINGS = OperatorSettings()
@@ -362,3 +363,31 @@ def test_network_policy_admits_only_the_jobs_own_pods_and_only_when_asked() -> N
     assert "NetworkPolicy" not in kinds
     on = SETTINGS.model_copy(update={"network_policy": True})
     assert [m["kind"] for m in build_support_objects(job, on)][-1] == "NetworkPolicy"
+
+
+@pytest.mark.parametrize(
+    ("cpu", "procs", "threads"),
+    [
+        ("500m", 1, 1),  # a fraction of a core: one thread, not one per core of the node
+        ("2", 1, 2),
+        ("4", 2, 2),  # the pod's cores shared between its processes
+        ("1", 4, 1),  # never fewer than one
+        ("96", 8, 12),
+        (None, 1, None),  # nothing to go by: torch's own default
+        (None, 8, 1),  # several processes and no amount: torchrun's default
+    ],
+)
+def test_omp_threads_follow_the_pods_cpu(cpu: str | None, procs: int, threads: int | None) -> None:
+    assert omp_threads(cpu, procs) == threads
+
+
+def test_a_pods_processes_get_its_cpu_as_threads_unless_the_user_says_otherwise() -> None:
+    def env(job: Any) -> dict[str, str]:
+        pod = build_pod(job.job(), "worker", 0, 0, SETTINGS)
+        return {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+
+    assert env(a_job().with_workers(2, cpu="500m"))["OMP_NUM_THREADS"] == "1"
+    assert "OMP_NUM_THREADS" not in env(a_job().with_workers(2))
+    mine = a_job().with_workers(2, cpu="500m")
+    mine.with_template("worker", env=[{"name": "OMP_NUM_THREADS", "value": "3"}])
+    assert env(mine)["OMP_NUM_THREADS"] == "3"
