@@ -60,7 +60,11 @@ NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 # Spec fields that may change after creation; everything else is fixed once the job exists
 # (a running gang cannot change shape, and a restart must resume the same training).
 MUTABLE_SPEC_FIELDS = frozenset({"suspend"})
-MUTABLE_RUN_POLICY_FIELDS = frozenset({"ttlSecondsAfterFinished", "activeDeadlineSeconds"})
+# The stall watch's settings too: they shape no pod, and a user whose job is declared stalled
+# wrongly must be able to loosen them without losing the run.
+MUTABLE_RUN_POLICY_FIELDS = frozenset(
+    {"ttlSecondsAfterFinished", "activeDeadlineSeconds", "progressDeadlineSeconds", "stallPolicy"}
+)
 IMMUTABLE_MESSAGE = "is immutable after creation; delete and re-create the job to change it"
 
 

@@ -30,6 +30,16 @@ class CleanPodPolicy(StrEnum):
     NONE = "None"
 
 
+class StallPolicy(StrEnum):
+    """What the operator does with a Running gang whose step stops moving."""
+
+    RESTART = "Restart"
+    OFF = "Off"
+
+
+# A week: longer than any sane step, checkpoint or evaluation; anything longer is "Off".
+MAX_PROGRESS_DEADLINE_SECONDS = 7 * 24 * 3600
+
 ONE_MATCHER = "a podFailurePolicy rule sets exactly one of onExitCodes and onPodConditions"
 
 
@@ -144,6 +154,14 @@ class RunPolicy(ApiModel):
     """Seconds from start after which the job fails with reason DeadlineExceeded."""
     ttlSecondsAfterFinished: int | None = Field(default=None, ge=0)
     """Seconds after Succeeded or Failed after which the job (and its pods) are deleted."""
+    progressDeadlineSeconds: int | None = Field(
+        default=None, ge=10, le=MAX_PROGRESS_DEADLINE_SECONDS
+    )
+    """Seconds the step may stand still while Running before the gang restarts as Stalled.
+    Unset: 10 step times, at least 600s, once learned; pauses to checkpoint or evaluate do
+    not count."""
+    stallPolicy: StallPolicy | None = None
+    """Restart (default): restart a stalled gang from its checkpoint; Off: no check."""
     admissionRetryLimit: int = Field(default=3, ge=0, le=1000)
     """Built-in admission: times a gang whose pods are not all ready within the operator's
     pods-ready timeout is released and re-queued; one more timeout fails the job with the

@@ -52,6 +52,7 @@ from dtjob_api.run_policy import (
 from dtjob_api.run_policy import PodFailurePolicyRule as PodFailurePolicyRule
 from dtjob_api.run_policy import RestartPolicy as RestartPolicy
 from dtjob_api.run_policy import RunPolicy as RunPolicy
+from dtjob_api.run_policy import StallPolicy as StallPolicy
 from dtjob_api.template_spec import PodTemplate
 from dtjob_api.trainer_spec import Arg as Arg
 from dtjob_api.trainer_spec import DatasetSpec as DatasetSpec

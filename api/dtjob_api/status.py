@@ -24,6 +24,13 @@ TERMINAL_PHASES = frozenset({JobPhase.SUCCEEDED, JobPhase.FAILED})
 # How the Admitted condition's message begins when Kueue admitted the job: the operator
 # writes it (kueue/verdict.py), `kubectl dtj why` reads it (client growth.py).
 KUEUE_ADMITTED_MESSAGE = "admitted by Kueue"
+# The reason of a gang restarted because its step stood still past its progress deadline:
+# the operator writes it (constants.REASON_STALLED), `kubectl dtj why` reads it.
+REASON_STALLED = "Stalled"
+# Values of progress.json's `activity` key during which a still step is expected (a
+# checkpoint being written, an evaluation pass): the operator's stall clock stops then.
+# Not in status.progress: the CRD has no room to spare (test_crd.py, client-side apply).
+PAUSED_ACTIVITIES = frozenset({"checkpointing", "evaluating"})
 
 
 class Condition(ApiModel):
@@ -86,6 +93,24 @@ class Progress(ApiModel):
     """Trainer remark, e.g. which strategy Auto chose and why."""
     updateTime: str | None = None
     """When the trainer last reported."""
+
+
+class ProgressWatch(ApiModel):
+    """How long the Running gang's step has stood still, and the deadline."""
+
+    # Terse docstrings: the CRD must fit client-side `kubectl apply` (test_crd.py).
+    gang: int
+    """Gang generation watched."""
+    step: int | None = None
+    """Last step seen."""
+    since: str | None = None
+    """Stall clock start; none: paused."""
+    lastMoveTime: str | None = None
+    """When the step last moved."""
+    secondsPerStep: float | None = None
+    """Learned seconds per step."""
+    deadlineSeconds: int | None = None
+    """Stall deadline in force."""
 
 
 class AdmissionBackendName(StrEnum):
@@ -162,6 +187,8 @@ class DistributedTrainingJobStatus(ApiModel):
     """When the last gang restart began."""
     progress: Progress | None = None
     """Training progress from rank 0."""
+    progressWatch: ProgressWatch | None = None
+    """While Running: the stall watch."""
     observedGeneration: int | None = None
     """The spec generation the status was computed from."""
     queuePosition: int | None = None

@@ -50,11 +50,12 @@ CONTRACT_ENV: dict[str, str] = {
             "DTJ_CHECKPOINT_DIR", "DTJ_RENDEZVOUS_TIMEOUT", "DTJ_PROGRESS_CONFIGMAP",
             "DTJ_HISTORY_CONFIGMAP", "DTJ_GANG_GENERATION", "DTJ_PS_HOSTS",
             "DTJ_WORKER_HOSTS", "DTJ_PP_SIZE", "DTJ_DP_SIZE", "DTJ_TP_SIZE",
-            "DTJ_STAGE_INDEX",
+            "DTJ_STAGE_INDEX", "DTJ_HEARTBEAT_SECONDS",
             "TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCHELASTIC_ERROR_FILE",
         ),
         "",
     ),
+    "DTJ_STALL_DUMP_SECONDS": "spec.runPolicy.progressDeadlineSeconds",
     "NCCL_DEBUG": "spec.network.ncclDebug",
     "NCCL_SOCKET_IFNAME": "spec.network.ncclSocketIfname",
 }  # fmt: skip

@@ -14,6 +14,7 @@ import builtins
 import os
 import time
 from collections.abc import Iterable, Iterator, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -198,7 +199,8 @@ class Client:
             quotas = self._core.list_namespaced_resource_quota(ns).items
         except ApiException as exc:
             raise refused(exc) from None
-        return explain(job, self._pods(name, ns), _json(self, events), _json(self, quotas))
+        pods = self._pods(name, ns)
+        return explain(job, pods, _json(self, events), _json(self, quotas), datetime.now(UTC))
 
     def queue(self, all_namespaces: bool = False, namespace: str | None = None) -> QueueView:
         """Waiting jobs in admission order (per namespace) with their namespaces' quotas."""

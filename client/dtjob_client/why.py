@@ -11,11 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from dtjob_api.contract import DOMAIN, TRAINER_CONTAINER
+from dtjob_api.status import REASON_STALLED
 from dtjob_client.growth import growth_note
 from dtjob_client.jobs import Job
+from dtjob_client.stalls import progress_note, stall_note
 
 LABEL_ROLE = f"{DOMAIN}/role"
 LABEL_ROLE_INDEX = f"{DOMAIN}/role-index"
@@ -98,6 +101,10 @@ class Why:
     ready: str | None = None
     step: int | None = None
     total_steps: int | None = None
+    stall: str | None = None
+    """Why the gang restarts, restarted last or failed, when its training stalled."""
+    progress: str | None = None
+    """A Running job's step, when it last moved and its stall deadline (stalls.py)."""
 
 
 def explain(
@@ -105,9 +112,11 @@ def explain(
     pods: Iterable[Mapping[str, Any]],
     events: Iterable[Mapping[str, Any]],
     quotas: Iterable[Mapping[str, Any]],
+    now: datetime | None = None,
 ) -> Why:
     """The explanation from the job, its pods, the Events of the namespace (only those about
-    the job or its pods are kept) and the namespace's ResourceQuotas."""
+    the job or its pods are kept) and the namespace's ResourceQuotas; `now` (the reader's
+    clock) dates the last move of a Running job's step."""
     st = job.status
     conditions = tuple(
         ConditionInfo(c.type, c.status, c.reason, c.message, c.lastTransitionTime)
@@ -117,6 +126,8 @@ def explain(
     gang = current_gang(pods)
     names = {job.name, *(str(p["metadata"]["name"]) for p in gang)}
     progress = st.progress
+    shown = _events(events, names)
+    stalls = [e.time for e in shown if e.reason == REASON_STALLED and e.object == job.name]
     return Why(
         name=job.name,
         namespace=job.namespace,
@@ -127,7 +138,7 @@ def explain(
         conditions=conditions,
         quotas=tuple(q for quota in quotas for q in quota_uses(quota)),
         pods=tuple(s for p in gang if (s := pod_state(p)) is not None),
-        events=_events(events, names),
+        events=shown,
         requeues=st.admission.requeues if st.admission else 0,
         preemptions=st.admission.preemptions if st.admission else 0,
         domain=st.admission.domain if st.admission else None,
@@ -137,6 +148,8 @@ def explain(
         ready=st.ready,
         step=progress.step if progress else None,
         total_steps=progress.totalSteps if progress else None,
+        stall=stall_note(job, stalls[-1] if stalls else None),
+        progress=progress_note(job, now),
     )
 
 

@@ -15,7 +15,8 @@ status flips.
   ChildConflict while a create is refused or blocked, or with the reason of whatever
   stopped the gang.
 - Restarting: True while a gang restart is under way: old pods going, backoff, new gang not
-  yet ready (PodFailedRetryable, Preempted, RendezvousTimeout, PeerLost, Disrupted).
+  yet ready (PodFailedRetryable, Preempted, RendezvousTimeout, PeerLost, Disrupted,
+  Stalled).
 - Suspended: True while spec.suspend holds the job without pods (Suspended / Resumed).
 - Succeeded: terminal success (AllWorkersSucceeded, AllStagesSucceeded).
 - Failed: terminal failure (InvalidSpec, PodFailedPermanent, BackoffLimitExceeded,
@@ -65,6 +66,7 @@ from dtjob_api.contract import (
 from dtjob_api.contract import (
     TRAINER_CONTAINER as TRAINER_CONTAINER,
 )
+from dtjob_api.status import REASON_STALLED as _REASON_STALLED
 
 # --- labels ------------------------------------------------------------------------------
 LABEL_JOB_NAME: Final = f"{DOMAIN}/job-name"
@@ -118,6 +120,10 @@ REASON_PEER_LOST: Final = "PeerLost"  # exit 201
 # manager, pod GC) or lost with its node: the gang restarts without counting against
 # backoffLimit.
 REASON_DISRUPTED: Final = "Disrupted"
+# A Running gang's reported step stood still past its progress deadline (policies/stall.py):
+# restarted from its checkpoint like a retryable failure, counted against backoffLimit. The
+# CLI reads it too, so it is spelled once in dtjob_api.
+REASON_STALLED: Final = _REASON_STALLED
 REASON_BACKOFF_LIMIT_EXCEEDED: Final = "BackoffLimitExceeded"
 REASON_DEADLINE_EXCEEDED: Final = "DeadlineExceeded"
 REASON_SUSPENDED: Final = "Suspended"

@@ -27,6 +27,8 @@ from dtjob_api.spec import (
     DistributedTrainingJobSpec,
     PSMode,
     RoleSpec,
+    RunPolicy,
+    StallPolicy,
     StrategyType,
 )
 from dtjob_operator.constants import CONFIG_PATH, ROLE_ORDER, TERMINATION_MESSAGE_PATH
@@ -35,6 +37,7 @@ from dtjob_operator.naming import (
     pod_dns_name,
     progress_config_map_name,
 )
+from dtjob_operator.policies.stall import FLOOR_SECONDS
 
 PIPELINE_STRATEGIES = frozenset(
     {StrategyType.MODEL_PARALLEL, StrategyType.PIPELINE, StrategyType.HYBRID}
@@ -156,6 +159,21 @@ def stage_tensor_parallel_degree(spec: DistributedTrainingJobSpec) -> int:
     return tp.size if tp is not None else 1
 
 
+# How often each rank publishes its heartbeat (the trainer's default, said explicitly).
+HEARTBEAT_SECONDS = 10
+
+
+def stall_dump_seconds(policy: RunPolicy) -> int | None:
+    """DTJ_STALL_DUMP_SECONDS: each rank prints its stacks once its own step has stood still
+    this long. Three quarters of the progress deadline (the explicit one, else the learned
+    deadline's floor), so that the stacks are in the pods' logs by the time the operator
+    declares the gang stalled; None when stall detection is off."""
+    if policy.stallPolicy == StallPolicy.OFF:
+        return None
+    deadline = policy.progressDeadlineSeconds or FLOOR_SECONDS
+    return max(1, deadline * 3 // 4)
+
+
 def build_env(
     job_name: str,
     namespace: str,
@@ -219,6 +237,9 @@ def build_env(
         # not a multiple of dp x tp) has each process compute its own as rank // (dp x tp).
         first = (me.base_rank - offset) // width
         env["DTJ_STAGE_INDEX"] = str(first) if role == "stage" else "0"
+    env["DTJ_HEARTBEAT_SECONDS"] = str(HEARTBEAT_SECONDS)
+    if (dump := stall_dump_seconds(spec.runPolicy)) is not None:
+        env["DTJ_STALL_DUMP_SECONDS"] = str(dump)
     env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "1"
     env["NCCL_DEBUG"] = spec.network.ncclDebug
     env["NCCL_SOCKET_IFNAME"] = spec.network.ncclSocketIfname or default_socket_ifname

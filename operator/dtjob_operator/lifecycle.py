@@ -46,6 +46,10 @@ Reading order (each step returns when it decides):
    PodsReadyTimeout, status.admission.requeues + 1; under an external admission phase
    Pending and the gang is re-created), at most runPolicy.admissionRetryLimit times; then
    Failed with the pods' own reason (ImagePullBackOff, FailedMount, ...).
+8a. While Running, status.progressWatch follows the reported step (plan_stall.py,
+   policies/stall.py): a step that stood still past its progress deadline restarts the
+   gang like a retryable failure of step 6, reason Stalled (counted, with backoff), and
+   the pass looks again when that deadline would pass.
 9. Otherwise start the gang (Pending, Queued, Restarting, resumed): wait for admission
    (phase Queued with the admission's message and status.queuePosition), for the restart
    backoff, for every pod of an older gang to be gone (the new pods reuse their names)
@@ -85,11 +89,13 @@ from dtjob_operator.constants import (
     REASON_PODS_READY_TIMEOUT,
     REASON_PREEMPTED,
     REASON_RESUMED,
+    REASON_STALLED,
     REASON_SUSPENDED,
     REASON_WAITING_FOR_ADMISSION,
     STATUS_TRUE,
 )
 from dtjob_operator.plan_elastic import ElasticSteps
+from dtjob_operator.plan_stall import StallSteps
 from dtjob_operator.plan_types import Event, Observed, Plan
 from dtjob_operator.policies.backoff import restart_delay, restart_not_before
 from dtjob_operator.policies.clean_pod_policy import pods_to_clean
@@ -107,6 +113,7 @@ from dtjob_operator.policies.pods import (
     name_of,
     stale_pods,
 )
+from dtjob_operator.policies.stall import Stall
 from dtjob_operator.policies.success_policy import SuccessVerdict, judge_success
 from dtjob_operator.policies.times import format_time, seconds_until
 from dtjob_operator.policies.waiting import why_not_running
@@ -136,7 +143,7 @@ def plan(observed: Observed, settings: OperatorSettings) -> Plan:
     return _Planner(observed, settings).run()
 
 
-class _Planner(ElasticSteps):
+class _Planner(ElasticSteps, StallSteps):
     """One planning pass: the decisions, top to bottom, over PlanState's toolkit."""
 
     # -- the decision, top to bottom -----------------------------------------------------
@@ -306,29 +313,43 @@ class _Planner(ElasticSteps):
             return self._fail(
                 REASON_INVALID_SPEC if invalid else REASON_POD_FAILED_PERMANENT, verdict.message
             )
-        if gang.counted and self.counted_restarts >= policy.backoffLimit:
+        return self._restart_gang(verdict.reason, verdict.message, gang.counted, policy)
+
+    def _on_stall(self, stall: Stall, policy: RunPolicy) -> Plan:
+        """The step stood still past its deadline: the gang restarts from its last
+        checkpoint like a retryable failure, counted against backoffLimit."""
+        said, resume = self._stall_detail(stall)
+        self.progress_watch = None  # the next gang is watched anew
+        return self._restart_gang(REASON_STALLED, said, True, policy, resume=resume)
+
+    def _restart_gang(
+        self, reason: str, why: str, counted: bool, policy: RunPolicy, *, resume: str = ""
+    ) -> Plan:
+        """Every pod goes; the next generation starts after the backoff. Past backoffLimit
+        (when `counted`) the job fails instead. `resume` names the checkpoint's step."""
+        if counted and self.counted_restarts >= policy.backoffLimit:
             return self._fail(
                 REASON_BACKOFF_LIMIT_EXCEEDED,
                 f"the gang failed again after {self.counted_restarts} restarts "
-                f"(backoffLimit {policy.backoffLimit}): {verdict.message}",
+                f"(backoffLimit {policy.backoffLimit}): {why}",
             )
         self.restarts += 1
-        if gang.counted:
+        if counted:
             self.counted_restarts += 1
         self.last_restart_time = self.now
         delay = restart_delay(self._failure_restarts(), policy)
-        if gang.counted:
+        if counted:
             which = f"{self.counted_restarts} of at most {policy.backoffLimit}"
         else:
             which = (
                 f"{self.restarts} (not charged to backoffLimit: {self.counted_restarts} of "
                 f"{policy.backoffLimit} used)"
             )
-        message = f"gang restart {which} in {delay}s, from the last checkpoint: {verdict.message}"
+        message = f"gang restart {which} in {delay}s, from the last checkpoint{resume}: {why}"
         self.phase = JobPhase.RESTARTING
-        self._condition(CONDITION_RESTARTING, True, verdict.reason, message)
-        self._condition(CONDITION_RUNNING, False, verdict.reason, message)
-        self._event(EVENT_WARNING, verdict.reason, message)
+        self._condition(CONDITION_RESTARTING, True, reason, message)
+        self._condition(CONDITION_RUNNING, False, reason, message)
+        self._event(EVENT_WARNING, reason, message)
         self.delete.update(live_names(self.o.pods))
         self.gang = []
         self.requeue.append(delay if delay > 0 else self.settings.resync_seconds)
@@ -361,18 +382,23 @@ class _Planner(ElasticSteps):
         return self._render()
 
     def _keep_running(self) -> Plan:
+        if self.prior_phase == JobPhase.RUNNING:
+            # Pods finishing one by one do not undo Running; a step standing still does.
+            self.phase = JobPhase.RUNNING
+            if (stall := self._watch_progress()) is not None:
+                return self._on_stall(stall, self._run_policy())
         self.create.extend(self._missing_pods())
         ready, total = sum(is_ready(p) for p in self.gang), self._gang_size()
-        if self.prior_phase == JobPhase.RUNNING:
-            self.phase = JobPhase.RUNNING  # pods finishing one by one do not undo Running
-        elif ready == total:
+        starting = self.phase != JobPhase.RUNNING
+        if starting and ready == total:
             self.phase = JobPhase.RUNNING
             message = f"all {total} pods are ready"
             self._condition(CONDITION_RUNNING, True, REASON_PODS_READY, message)
             if self._had_condition(CONDITION_RESTARTING):
                 self._condition(CONDITION_RESTARTING, False, REASON_PODS_READY, message)
             self._event(EVENT_NORMAL, REASON_PODS_READY, message)
-        else:
+            self._watch_progress()  # the stall clock starts when the gang runs, not before
+        elif starting:
             deadline = self._pods_ready_deadline()
             if deadline is not None and self.now >= deadline:
                 return self._release_unready(ready, total)

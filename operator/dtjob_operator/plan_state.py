@@ -80,6 +80,9 @@ class PlanState:
         self.admission["backend"] = observed.admission.by.value
         self.elastic: dict[str, Any] = dict(self.prior.get("elastic") or {})
         self.storage: StorageVerdict | None = None
+        # status.progressWatch (plan_stall.py): set only while Running, so any other
+        # phase drops it and the next Running gang starts a new watch.
+        self.progress_watch: dict[str, Any] | None = None
         self._built: dict[int, list[Manifest]] = {}
 
     # -- helpers ---------------------------------------------------------------------------
@@ -265,6 +268,8 @@ class PlanState:
             status["admission"] = self.admission
         if self.elastic:
             status["elastic"] = self.elastic
+        if self.progress_watch:
+            status["progressWatch"] = self.progress_watch
         return Plan(
             status=status,
             create=self.create,

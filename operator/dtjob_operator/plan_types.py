@@ -48,6 +48,9 @@ class Observed:
     create_error: CreateError | None = None
     """The API server refused a create of this pass's plan: the executor plans again with
     it, and the planner fails the job (permanent) or says why it waits (transient)."""
+    stall_evidence: str | None = None
+    """Whom a stall points at, once the executor has found out (the rank that stopped first,
+    its pod and node, the call it waits in): added to the Stalled message. None: unknown."""
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from dtjob_trainer.checkpoint import Checkpointer
 from dtjob_trainer.config import TrainerConfig
 from dtjob_trainer.data import Dataset, load_dataset
 from dtjob_trainer.env import DistEnv
+from dtjob_trainer.heartbeat import Heartbeat
 from dtjob_trainer.history import TrainingHistory
 from dtjob_trainer.models import build_model
 from dtjob_trainer.progress import ProgressReporter
@@ -55,6 +56,9 @@ class RunContext:
     stop: threading.Event = field(default_factory=threading.Event)
     strategy_name: str = ""
     """The strategy actually run (Auto fills in its choice)."""
+    heartbeat: Heartbeat = field(default_factory=lambda: Heartbeat(rank=0))
+    """This rank's step clock (`beat()` after every step); the runner's publishes it, the
+    default only records."""
 
     @property
     def rank(self) -> int:

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from dtjob_trainer.errors import ConfigError
+from dtjob_trainer.fault import FaultPlan, read_fault_plan
 
 # Where Kubernetes mounts the pod's service-account token, CA and namespace.
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -60,6 +61,13 @@ class DistEnv:
     kubernetes_port: str | None
     local_rank_set: bool
     """True when LOCAL_RANK was given, i.e. this process is one of a pod's spawned children."""
+    heartbeat_seconds: float = 10.0
+    """DTJ_HEARTBEAT_SECONDS: how often every rank publishes its heartbeat (default 10)."""
+    stall_dump_seconds: float | None = None
+    """DTJ_STALL_DUMP_SECONDS: a rank whose step stands still this long prints its stacks
+    (the operator sets it from the job's progress deadline; unset: never)."""
+    faults: FaultPlan | None = None
+    """DTJ_FAULT_*: faults injected on purpose, for tests only (`dtjob_trainer.fault`)."""
 
     @property
     def rank(self) -> int:
@@ -96,6 +104,19 @@ def _int(
 
 def _opt_int(environ: Mapping[str, str], name: str) -> int | None:
     return _int(environ, name) if environ.get(name) else None
+
+
+def _seconds(environ: Mapping[str, str], name: str) -> float | None:
+    raw = environ.get(name)
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"environment variable {name}: {raw!r} is not a number") from None
+    if value <= 0:
+        raise ConfigError(f"environment variable {name}: {value:g} must be above 0")
+    return value
 
 
 def _hosts(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
@@ -162,4 +183,7 @@ def read_env(environ: Mapping[str, str] | None = None) -> DistEnv:
         kubernetes_host=env.get("KUBERNETES_SERVICE_HOST") or None,
         kubernetes_port=env.get("KUBERNETES_SERVICE_PORT") or None,
         local_rank_set="LOCAL_RANK" in env,
+        heartbeat_seconds=_seconds(env, "DTJ_HEARTBEAT_SECONDS") or 10.0,
+        stall_dump_seconds=_seconds(env, "DTJ_STALL_DUMP_SECONDS"),
+        faults=read_fault_plan(env),
     )

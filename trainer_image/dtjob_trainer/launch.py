@@ -42,6 +42,9 @@ _CONTRACT_NAMES = {
     "NNODES",
     "NODE_RANK",
 }
+# ... except the knobs a local run may turn like the operator does in a pod: how often ranks
+# publish heartbeats, when a still rank prints its stacks, and the test-only fault hooks.
+_PASSED_ON = ("DTJ_HEARTBEAT_SECONDS", "DTJ_STALL_DUMP_SECONDS", "DTJ_FAULT_")
 
 
 def read_job_file(path: str) -> tuple[str, dict[str, Any]]:
@@ -191,13 +194,15 @@ def visible_gpus(environ: Mapping[str, str]) -> list[str]:
 
 
 def child_base_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """The launching shell's environment minus contract variables, plus the paths this
-    process imports the trainer and the API package from (a checkout's trainer_image/ and
-    api/, or site-packages), so the children run the same code whatever their directory."""
+    """The launching shell's environment minus contract variables (but `_PASSED_ON`), plus
+    the paths this process imports the trainer and the API package from (a checkout's
+    trainer_image/ and api/, or site-packages), so the children run the same code whatever
+    their directory."""
     env = {
         k: v
         for k, v in environ.items()
-        if k not in _CONTRACT_NAMES and not k.startswith(_CONTRACT_PREFIXES)
+        if k.startswith(_PASSED_ON)
+        or (k not in _CONTRACT_NAMES and not k.startswith(_CONTRACT_PREFIXES))
     }
     roots = [str(Path(getfile(pkg)).resolve().parent.parent) for pkg in (dtjob_trainer, dtjob_api)]
     roots = list(dict.fromkeys(roots))

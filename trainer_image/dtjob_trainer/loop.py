@@ -20,6 +20,9 @@ A strategy describes itself with a `Trainable` and calls `run_loop(ctx, trainabl
    checkpoint of the end or of SIGTERM is waited for, so it is committed before the
    process exits;
 6. evaluates held-out accuracy (`evaluate()`, a collective, result on rank 0).
+
+Every rank beats its heartbeat (`ctx.heartbeat`) after each step, and marks its checkpoint
+reads and writes and its evaluation as such, so that those pauses are not taken for a stall.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ from dtjob_trainer.context import RunContext, RunResult
 from dtjob_trainer.data import epoch_of
 from dtjob_trainer.dist import broadcast_object
 from dtjob_trainer.errors import ConfigError, Preempted, ReplicaMismatch, TrainerError
+from dtjob_trainer.fault import step_fault
+from dtjob_trainer.heartbeat import CHECKPOINTING, EVALUATING
 from dtjob_trainer.progress import utc_now
 
 # torch.distributed.checkpoint (DCP), which sharded checkpoints are written and read with, is
@@ -173,7 +178,10 @@ def run_loop(ctx: RunContext, t: Trainable) -> RunResult:
     n_train = ctx.data.train_size
     verify = ctx.options.verify_replicas and t.replica is not None
 
-    start = _resume(ctx, t)
+    with ctx.heartbeat.doing(CHECKPOINTING):
+        start = _resume(ctx, t)
+    ctx.heartbeat.beat(start)
+    fault = step_fault(ctx.env.faults, ctx.rank)  # tests only; None otherwise
     saver = None
     if t.save_sharded:
         assert t.sharded is not None, "save_sharded needs the sharded state"
@@ -194,9 +202,12 @@ def run_loop(ctx: RunContext, t: Trainable) -> RunResult:
 
     timer, cpu_timer = time.perf_counter(), time.process_time()
     while step < total:
+        if fault is not None:
+            fault(step)
         ctx.seed_step(step)
         pending.append(t.step(step))
         step += 1
+        ctx.heartbeat.beat(step)
         if verify:
             _verify(ctx, t, step)
             result.replicas_checked += 1
@@ -220,7 +231,8 @@ def run_loop(ctx: RunContext, t: Trainable) -> RunResult:
             result.train_seconds += time.perf_counter() - timer
             result.train_cpu_seconds += time.process_time() - cpu_timer
             try:
-                state, written = _checkpoint(ctx, t, saver, step, final=stop or step == total)
+                with ctx.heartbeat.doing(CHECKPOINTING):
+                    state, written = _checkpoint(ctx, t, saver, step, final=stop or step == total)
             except TrainerError as exc:
                 if not stop:
                     raise
@@ -244,14 +256,16 @@ def run_loop(ctx: RunContext, t: Trainable) -> RunResult:
     if ctx.device.type == "cuda":
         result.peak_device_bytes = int(torch.cuda.max_memory_allocated(ctx.device))
     result.final_loss = result.losses[-1] if result.losses else None
-    result.accuracy = t.evaluate()
-    if t.save_sharded:
-        # Nothing was gathered: the full parameters are gathered for the result file only
-        # (the option is the same on every rank, so all join the collective or none).
-        if ctx.options.result_file:
+    with ctx.heartbeat.doing(EVALUATING):
+        result.accuracy = t.evaluate()
+    with ctx.heartbeat.doing(CHECKPOINTING):
+        if t.save_sharded:
+            # Nothing was gathered: the full parameters are gathered for the result file
+            # only (the option is the same on every rank, so all join the collective or none).
+            if ctx.options.result_file:
+                state = t.state_dict()
+        elif last_ckpt != step or step == start:  # the final state has not been gathered yet
             state = t.state_dict()
-    elif last_ckpt != step or step == start:  # the final state has not been gathered yet
-        state = t.state_dict()
     if ctx.rank == 0:
         result.params = state["model"] if state is not None else None
         console.message(

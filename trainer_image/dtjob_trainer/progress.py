@@ -5,7 +5,10 @@ DTJ_PROGRESS_CONFIGMAP with the pod's service-account token and CA, over plain u
 Kubernetes client in the trainer): the client of the progress helper any code can use
 (report.py), so the bundled trainer and custom code write the same way. Locally, `FileSink`
 writes progress.json in the checkpoint directory. `ProgressReporter` throttles writes and
-swallows sink failures: a failed progress write is logged and never stops training.
+swallows sink failures: a failed progress write is logged and never stops training. Rank 0's
+heartbeat thread (heartbeat.py) updates it too, with `ranks` and `activity`, also while the
+main thread is stuck in a collective: `updateTime` says when the document was written,
+`step` whether training moved.
 """
 
 from __future__ import annotations
@@ -14,11 +17,12 @@ import json
 import logging
 import os
 import ssl
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from dtjob_trainer.env import SERVICE_ACCOUNT_DIR, DistEnv
 from dtjob_trainer.report import DEFAULT_MIN_INTERVAL, PROGRESS_KEY, ConfigMapClient, utc_now
@@ -42,6 +46,10 @@ class Progress:
     lastCheckpointTime: str | None = None
     accuracy: float | None = None
     message: str | None = None
+    activity: str | None = None
+    """training, checkpointing or evaluating (heartbeat.TRAINING ...): what rank 0 does."""
+    ranks: dict[str, Any] | None = None
+    """Every rank's heartbeat in brief (heartbeat.summarize_ranks)."""
     updateTime: str | None = None
 
     def to_json(self) -> str:
@@ -110,26 +118,35 @@ class ProgressReporter:
         self._last_write = float("-inf")
         self._failures = 0
         self._clock = clock
+        # The training loop and rank 0's heartbeat thread both update; a write holds the
+        # lock, so documents are written in the order they were made.
+        self._lock = threading.Lock()
+
+    def remember(self, **fields: object) -> None:
+        """Merge `fields` without writing: the next write carries them."""
+        with self._lock:
+            self.current = replace(self.current, **fields)  # type: ignore[arg-type]
 
     def update(self, force: bool = False, **fields: object) -> None:
         """Merge `fields` into the current progress; write it when due (or forced)."""
-        self.current = replace(self.current, **fields)  # type: ignore[arg-type]
-        if self.sink is None:
-            return
-        now = self._clock()
-        if not force and now - self._last_write < self.min_interval:
-            return
-        self._last_write = now
-        body = replace(self.current, updateTime=utc_now()).to_json()
-        try:
-            self.sink.write(body)
-            self._failures = 0
-        except Exception as exc:
-            self._failures += 1
-            # Log the first failure and then every 10th, so a dead API server does not
-            # flood the log.
-            if self._failures == 1 or self._failures % 10 == 0:
-                log.warning("progress report failed (%d in a row): %s", self._failures, exc)
+        with self._lock:
+            self.current = replace(self.current, **fields)  # type: ignore[arg-type]
+            if self.sink is None:
+                return
+            now = self._clock()
+            if not force and now - self._last_write < self.min_interval:
+                return
+            self._last_write = now
+            body = replace(self.current, updateTime=utc_now()).to_json()
+            try:
+                self.sink.write(body)
+                self._failures = 0
+            except Exception as exc:
+                self._failures += 1
+                # Log the first failure and then every 10th, so a dead API server does not
+                # flood the log.
+                if self._failures == 1 or self._failures % 10 == 0:
+                    log.warning("progress report failed (%d in a row): %s", self._failures, exc)
 
 
 def make_reporter(env: DistEnv, local_dir: str | None) -> ProgressReporter:

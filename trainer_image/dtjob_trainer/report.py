@@ -9,6 +9,7 @@
     report(checkpoint=step)                         # after a checkpoint was written
     report_history(step=step + 1, loss=loss, lr=lr) # a point of the loss curve
     flush_history()                                 # at the end (and after a checkpoint)
+    heartbeat(step + 1)                             # on EVERY rank, after each step
 
 `report()` does something only in the rank-0 process (RANK unset counts as rank 0) of a pod
 the operator made (DTJ_PROGRESS_CONFIGMAP and KUBERNETES_SERVICE_HOST set); elsewhere it
@@ -24,6 +25,17 @@ when full, every other row goes and `stride` doubles, so the curve from the firs
 whole at a coarser resolution) written as the `history.json` key of the ConfigMap named by
 DTJ_HISTORY_CONFIGMAP at most every `DTJ_HISTORY_INTERVAL` seconds (default 30). A restarted
 process continues the curve it finds there, dropping the points at and after its first step.
+
+`heartbeat(step)`, called on every rank after each step, records the step in memory (no I/O)
+and starts, on first use, a daemon thread that publishes the rank's step, the time of its
+last step and its recent step times every `DTJ_HEARTBEAT_SECONDS` (default 10) through
+torch.distributed's rendezvous store; rank 0's thread adds every rank's summary to the
+progress as `ranks` (the rank that stopped first, persistent stragglers). It needs torch
+with an initialised process group (looked up by the thread, so the call may come first);
+without one, rank 0 reports its own timing only. `report(activity="checkpointing")` (or
+"evaluating", then "training" again) tells the operator not to count that pause as a
+stall. The machinery is heartbeat.py of this package: an image that copies this file copies
+that one beside it as `dtjob_heartbeat.py`; without it `heartbeat()` does nothing.
 
 Standard library only, and one file, so that any image can carry it (which is why it is
 longer than the house's other modules: splitting it would make users copy several).
@@ -64,8 +76,11 @@ FIELDS = {
     "accuracy": "accuracy",
     "message": "message",
     "checkpoint": "lastCheckpointStep",
+    "activity": "activity",
 }
 INTEGER_FIELDS = frozenset({"step", "totalSteps", "epoch", "lastCheckpointStep"})
+# Kept as given: text, and the heartbeat's summary of the ranks.
+VERBATIM_FIELDS = frozenset({"message", "activity", "ranks"})
 
 log = logging.getLogger(__name__)
 
@@ -210,7 +225,7 @@ class Reporter:
                 continue  # NaN/inf are not JSON; keep the last good value
             if key in INTEGER_FIELDS:
                 value = int(value)
-            elif key != "message":
+            elif key not in VERBATIM_FIELDS:
                 value = float(value)
             self.fields[key] = value
         if "lastCheckpointStep" in fields and fields["lastCheckpointStep"] is not None:
@@ -484,13 +499,15 @@ def report(
     accuracy: float | None = None,
     eta_seconds: float | None = None,
     message: str | None = None,
+    activity: str | None = None,
     force: bool = False,
 ) -> bool:
     """Report progress (see the module docstring); True when it was written just now.
 
     `checkpoint` is the step of a checkpoint just written (its time is recorded too);
-    `eta_seconds` is estimated from the step rate when not given. Tensors work for numbers
-    (anything float() accepts). Never raises."""
+    `eta_seconds` is estimated from the step rate when not given; `activity` is
+    "training", "checkpointing" or "evaluating". Tensors work for numbers (anything
+    float() accepts). Never raises."""
     values = {
         "step": step,
         "total": total,
@@ -501,7 +518,10 @@ def report(
         "accuracy": accuracy,
         "eta_seconds": eta_seconds,
         "message": message,
+        "activity": activity,
     }
+    if activity is not None and _default_heartbeat not in (None, False):
+        _default_heartbeat.set_activity(activity)  # its pause is not idle time
     try:
         reporter = default_reporter()
     except Exception as exc:  # a malformed DTJ_PROGRESS_INTERVAL, say
@@ -539,6 +559,50 @@ def flush_history() -> bool:
         return default_history().flush()
     except Exception as exc:
         log.warning("loss history disabled: %s", exc)
+        return False
+
+
+# The process's heartbeat: None before the first call, False where none can run.
+_default_heartbeat: Any = None
+
+
+def heartbeat(step: int) -> None:
+    """Record that this rank has completed `step` steps: call it on every rank after each
+    step (see the module docstring). Costs a few assignments; never raises."""
+    global _default_heartbeat
+    if _default_heartbeat is None:
+        with _default_lock:
+            if _default_heartbeat is None:
+                _default_heartbeat = _start_heartbeat(os.environ)
+    if _default_heartbeat is not False:
+        _default_heartbeat.beat(step)
+
+
+def _start_heartbeat(env: Mapping[str, str]) -> Any:
+    try:
+        from dtjob_trainer import heartbeat as module
+    except ImportError:
+        try:
+            import dtjob_heartbeat as module  # type: ignore[import-not-found, no-redef]
+        except ImportError:
+            log.warning("heartbeats disabled: heartbeat.py (dtjob_heartbeat.py) not found")
+            return False
+    try:
+        rank = int(env.get("RANK") or 0)
+        stall = env.get("DTJ_STALL_DUMP_SECONDS")
+
+        def report_ranks(summary: dict[str, Any]) -> None:
+            default_reporter().update({"ranks": summary})
+
+        return module.start_heartbeat(
+            rank,
+            int(env.get("WORLD_SIZE") or 1),
+            float(env.get("DTJ_HEARTBEAT_SECONDS") or module.DEFAULT_HEARTBEAT_SECONDS),
+            on_summary=report_ranks if rank == 0 else None,
+            stall_dump_seconds=float(stall) if stall else None,
+        )
+    except Exception as exc:  # a malformed RANK or interval: train on without heartbeats
+        log.warning("heartbeats disabled: %s", exc)
         return False
 
 

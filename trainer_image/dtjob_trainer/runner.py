@@ -19,7 +19,7 @@ import traceback
 from dataclasses import asdict
 from pathlib import Path
 from types import FrameType
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from dtjob_trainer.config import TrainerConfig, load_config
 from dtjob_trainer.env import DistEnv
@@ -31,6 +31,10 @@ from dtjob_trainer.errors import (
     PeerLost,
     TrainerError,
 )
+
+if TYPE_CHECKING:
+    from dtjob_trainer.heartbeat import Heartbeat
+    from dtjob_trainer.progress import ProgressReporter
 
 log = logging.getLogger("dtjob_trainer")
 
@@ -93,6 +97,29 @@ def record_config_error(message: str) -> None:
         Path(path).write_bytes(message.encode()[:_TERMINATION_MESSAGE_LIMIT])
     except OSError as exc:
         log.warning("cannot write the config error to %s: %s", path, exc)
+
+
+def start_rank_heartbeat(env: DistEnv, reporter: ProgressReporter) -> Heartbeat:
+    """This rank's heartbeat, published every DTJ_HEARTBEAT_SECONDS; on rank 0, every
+    rank's summary and rank 0's activity go into the progress report."""
+    from dtjob_trainer.heartbeat import start_heartbeat
+
+    def report_ranks(summary: dict[str, Any]) -> None:
+        reporter.update(ranks=summary)
+
+    def report_activity(activity: str) -> None:
+        # Not a write of its own: the loop's next report or the heartbeat's carries it.
+        reporter.remember(activity=activity)
+
+    zero = env.rank == 0
+    return start_heartbeat(
+        env.rank,
+        env.world_size,
+        env.heartbeat_seconds,
+        on_summary=report_ranks if zero else None,
+        stall_dump_seconds=env.stall_dump_seconds,
+        on_activity=report_activity if zero else None,
+    )
 
 
 def _exit_now(code: int) -> NoReturn:
@@ -212,9 +239,11 @@ def _train(
     training.set()
     if stop.is_set():  # SIGTERM raced the rendezvous: nothing trained, nothing to save
         return EXIT_PREEMPTED
+    ctx.heartbeat = start_rank_heartbeat(env, ctx.reporter)
     try:
         result = strategy(ctx)
     finally:
+        ctx.heartbeat.stop()
         # The last points of the curve, at the end and after a SIGTERM's checkpoint alike.
         ctx.history.close()
     if env.rank == 0 and result_file:

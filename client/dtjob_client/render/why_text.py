@@ -29,6 +29,8 @@ def format_why(why: Why) -> str:
         key = _key_condition(why)
         if key is not None and key.message:
             lines.append(f"{key.reason}: {key.message}")
+    if why.stall:
+        lines.append(why.stall)
     if why.domain:
         lines.append(f"placed in {why.domain}")
     if why.resizes:
@@ -43,6 +45,8 @@ def format_why(why: Why) -> str:
             total = why.total_steps if why.total_steps is not None else "?"
             facts.append(f"step {why.step}/{total}")
         lines.append(", ".join(facts))
+    if why.progress:
+        lines.append(why.progress)
     if why.requeues or why.preemptions:
         lines.append(
             f"re-queued {why.requeues} time(s) after a pods-ready timeout; "

@@ -27,7 +27,14 @@ EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 MANIFESTS = sorted([*EXAMPLES.glob("*.yaml"), *EXAMPLES.glob("cpu/*.yaml")])
 # The operator fills in its cluster-wide default interface and the container's termination
 # message path (no such file outside a container); the launcher leaves them unset.
-OPERATOR_ONLY = {"NCCL_SOCKET_IFNAME", "TORCHELASTIC_ERROR_FILE"}
+# Set by the operator only: a local launch takes the heartbeat knobs from its own
+# environment (docs/env-contract.md, "Heartbeats").
+OPERATOR_ONLY = {
+    "NCCL_SOCKET_IFNAME",
+    "TORCHELASTIC_ERROR_FILE",
+    "DTJ_HEARTBEAT_SECONDS",
+    "DTJ_STALL_DUMP_SECONDS",
+}
 
 
 def load(path: Path) -> dict[str, Any]:

@@ -277,6 +277,8 @@ def test_immutability_rules_cover_all_but_the_mutable_fields(root: dict[str, Any
     assert fixed_rp == {f".{f}" for f in run_policy["properties"]} - {
         ".ttlSecondsAfterFinished",
         ".activeDeadlineSeconds",
+        ".progressDeadlineSeconds",
+        ".stallPolicy",
     }
     # An optional field may appear or disappear: that must count as a change too.
     pcn = next(v["rule"] for v in validations(spec) if v["fieldPath"] == ".priorityClassName")

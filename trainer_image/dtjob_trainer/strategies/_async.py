@@ -196,7 +196,9 @@ class ProgressLog:
         self.ctx.history.resume(step)
 
     def record(self, step: int, loss: float | None, force: bool = False) -> None:
-        """Record the loss of `step`; log when the step is a log step or `force`."""
+        """Record the loss of `step` (every worker beats its heartbeat); on rank 0, log when
+        the step is a log step or `force`."""
+        self.ctx.heartbeat.beat(step)
         if self.ctx.rank != 0:
             return
         cfg = self.ctx.cfg.trainer
