@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dtjob_operator.plan_state import PlanState
 from dtjob_operator.policies.stall import Stall, Watch, next_check, stalled, watch
+from dtjob_operator.policies.stall_blame import blame
 from dtjob_operator.status import progress_of
 
 
@@ -33,8 +34,9 @@ class StallSteps(PlanState):
         """The stall in a sentence, with whom it points at when the executor found out
         (Observed.stall_evidence), and where the next gang resumes, e.g. " (step 1100)"."""
         said = stall.describe()
-        if self.o.stall_evidence:
-            said += f"; {self.o.stall_evidence}"
+        # The executor's evidence when it has some, else the trainer's heartbeat summary.
+        if evidence := self.o.stall_evidence or blame(self.o.progress, self.gang):
+            said += f"; {evidence}"
         progress = progress_of(self.o.progress) or self.prior.get("progress") or {}
         checkpoint = progress.get("lastCheckpointStep")
         return said, f" (step {checkpoint})" if checkpoint is not None else ""

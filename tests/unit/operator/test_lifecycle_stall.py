@@ -143,3 +143,23 @@ def test_the_requeue_comes_when_the_deadline_would_pass() -> None:
     assert tick(job, 77).requeue_after == 3  # the deadline, before the 5 s progress floor
     assert tick(job, 30).requeue_after == SETTINGS.progress_sync_seconds
     assert JobPhase(tick(job, 77).status["phase"]) == JobPhase.RUNNING
+
+
+def test_without_the_executors_evidence_rank_0s_heartbeat_summary_names_the_culprit() -> None:
+    job = report(running(progressDeadlineSeconds=60), (10, 1), (20, 2))
+    gang = pods(ready(0), ready(1))
+    for member in gang:  # the operator's rank annotation and the node the pod ran on
+        index = int(member["metadata"]["name"].rsplit("-", 1)[1])
+        member["metadata"].setdefault("annotations", {})["dtjob.io/rank"] = str(index)
+        member.setdefault("spec", {})["nodeName"] = f"n{index}"
+    summary = {"behind": [{"rank": 1, "step": 2, "lastStepAgo": 61, "waitingIn": "sleep (f.py:9)"}]}
+    observed = Observed(
+        job=job.obj(), pods=gang, children=SUPPORT,
+        progress={"step": 2, "ranks": summary}, now=at(80),
+        admission=AdmissionVerdict(admitted=True),
+    )  # fmt: skip
+    said = condition(plan(observed, SETTINGS), "Restarting")["message"]
+    assert said.endswith(
+        "; rank 1 (pod j-worker-1 on node n1) stopped first, at step 2, 61s ago, "
+        "waiting in sleep (f.py:9)"
+    ), said

@@ -1,0 +1,65 @@
+"""Whom a stall points at: the rank that stopped first, its pod and node, and the call it
+waits in, from what the trainer's rank 0 keeps writing while the gang hangs (progress.json's
+`ranks` summary of every rank's heartbeat, docs/env-contract.md "Heartbeats"). Pure.
+
+Rank 0's heartbeat thread keeps writing during a hang (a collective releases the GIL), so
+the summary is fresh when the operator declares the stall; `behind` lists the ranks most
+likely to have stopped first, that rank first. A trainer without heartbeats (a custom image
+that does not call them) leaves no summary: the stall is then said without a culprit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from dtjob_operator.constants import ANNOTATION_RANK
+
+
+def pod_of_rank(rank: int, pods: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The pod holding global rank `rank`: the one with the largest first rank (its
+    dtjob.io/rank annotation) not above it (a pod holds its processes' ranks in a row)."""
+    best: tuple[int, Mapping[str, Any]] | None = None
+    for pod in pods:
+        first = _int(((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_RANK))
+        if first is not None and first <= rank and (best is None or first > best[0]):
+            best = (first, pod)
+    return best[1] if best else None
+
+
+def blame(progress: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]]) -> str | None:
+    """`rank 3 (pod j-worker-3 on node gpu-7) stopped first, at step 1200, 612s ago, waiting
+    in all_reduce (...)`, or None when the trainer left no heartbeat summary."""
+    ranks = (progress or {}).get("ranks")
+    behind = ranks.get("behind") if isinstance(ranks, Mapping) else None
+    if not isinstance(behind, list) or not behind or not isinstance(behind[0], Mapping):
+        return None
+    first = behind[0]
+    rank = _int(first.get("rank"))
+    if rank is None:
+        return None
+    where = ""
+    if (pod := pod_of_rank(rank, pods)) is not None:
+        name = (pod.get("metadata") or {}).get("name")
+        node = (pod.get("spec") or {}).get("nodeName")
+        where = f" (pod {name}" + (f" on node {node})" if node else ")")
+    said = f"rank {rank}{where} stopped first"
+    if (step := _int(first.get("step"))) is not None and step >= 0:
+        said += f", at step {step}"
+    ago = first.get("lastStepAgo")
+    if isinstance(ago, int | float) and not isinstance(ago, bool):
+        said += f", {ago:.0f}s ago"
+    waiting = first.get("waitingIn")
+    if isinstance(waiting, str) and waiting:
+        said += f", waiting in {waiting[:300]}"
+    return said
+
+
+def _int(value: object) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return None
