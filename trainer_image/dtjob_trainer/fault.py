@@ -5,6 +5,9 @@ fault hooks"): a rank that hangs at a step, or one slower than the others at eve
 before running step `<step>` (0-based: after `<step>` steps), the way a rank stuck in a data
 loader or a dead device would. `DTJ_FAULT_SLOW_RANK=<rank>` with
 `DTJ_FAULT_SLOW_SECONDS=<s>`: that rank computes `<s>` seconds longer at every step.
+Both strike only the gang `DTJ_FAULT_GANG` (default 0, the first; `DTJ_GANG_GENERATION`
+says which gang a pod belongs to): a fault that the restart cures, as a stuck NIC or a
+wedged data loader would be, so a test sees the restarted gang finish.
 """
 
 from __future__ import annotations
@@ -40,6 +43,9 @@ def read_fault_plan(environ: Mapping[str, str]) -> FaultPlan | None:
 
     hang = environ.get("DTJ_FAULT_HANG_AT_STEP")
     slow = environ.get("DTJ_FAULT_SLOW_RANK")
+    gang = int(number("DTJ_FAULT_GANG", "0", int))
+    if int(number("DTJ_GANG_GENERATION", "0", int)) != gang:
+        return None  # another gang's fault
     return FaultPlan(
         hang_at_step=int(number("DTJ_FAULT_HANG_AT_STEP", "0", int)) if hang else None,
         hang_rank=int(number("DTJ_FAULT_HANG_RANK", "0", int)),

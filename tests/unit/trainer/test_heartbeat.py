@@ -334,6 +334,12 @@ def test_the_thread_stops_when_asked() -> None:
             {"DTJ_FAULT_SLOW_RANK": "2", "DTJ_FAULT_SLOW_SECONDS": "0.5"},
             FaultPlan(slow_rank=2, slow_seconds=0.5),
         ),
+        # The first gang only, by default: the restarted gang (generation 1) is cured.
+        ({"DTJ_FAULT_HANG_AT_STEP": "4", "DTJ_GANG_GENERATION": "1"}, None),
+        (
+            {"DTJ_FAULT_HANG_AT_STEP": "4", "DTJ_GANG_GENERATION": "2", "DTJ_FAULT_GANG": "2"},
+            FaultPlan(4, 0),
+        ),
     ],
 )
 def test_fault_plans_from_the_environment(environ: dict[str, str], plan: FaultPlan | None) -> None:

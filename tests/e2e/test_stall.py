@@ -1,0 +1,88 @@
+"""A gang whose pods stay Running while one rank hangs (issue 36): the operator declares it
+stalled once its step stood still for runPolicy.progressDeadlineSeconds, names the rank that
+stopped first and its pod, restarts the gang from its checkpoint, and the job Succeeds. The
+hung rank printed its stacks into its log before the restart.
+
+The hang is the trainer's test-only fault hook (DTJ_FAULT_HANG_AT_STEP, docs/env-contract.md):
+rank 1 blocks before a step of the first gang only, as a rank stuck in a data loader would;
+rank 0 then waits in the step's all-reduce. The figures (hang to declaration, declaration to
+training again) are printed for bench/ to quote.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helpers.realnode import E2E, watch_job
+
+DEADLINE = 30
+HANG_AT = 150
+STEPS = 600
+
+
+@pytest.mark.timeout(900)
+def test_a_hung_rank_is_declared_stalled_named_and_the_gang_resumes(
+    e2e: E2E, e2e_namespace: str
+) -> None:
+    ns = e2e_namespace
+    claim = e2e.hostpath_claim(ns, Path("/tmp") / f"dtjob-{ns}-ckpt")
+    hang = [
+        {"name": "DTJ_FAULT_HANG_AT_STEP", "value": str(HANG_AT)},
+        {"name": "DTJ_FAULT_HANG_RANK", "value": "1"},
+    ]
+    job = e2e.apply_example(
+        "data-parallel", ns, checkpoint__claimName=claim, checkpoint__everySteps=50,
+        trainer__steps=STEPS, runPolicy__progressDeadlineSeconds=DEADLINE,
+        roles__worker__template__env=hang,
+    )  # fmt: skip
+    name = job["metadata"]["name"]
+    rank1 = f"{name}-worker-1"
+    seen: dict[str, Any] = {}
+
+    def watch(obj: dict[str, Any], row: str) -> None:
+        st = obj.get("status", {})
+        now = time.monotonic()
+        step = (st.get("progress") or {}).get("step")
+        if st.get("restarts", 0) == 0 and step == HANG_AT and "hung" not in seen:
+            seen["hung"] = now  # the step the hang stops at, as the operator saw it
+        if st.get("restarts", 0) == 0 and "hung" in seen and "stacks" not in seen:
+            log = e2e.kubectl("logs", "-n", ns, rank1, check=False)
+            if re.search(r"dtjob: rank 1 stalled at step \d+ for \d+s; stacks follow", log):
+                seen["stacks"] = log
+        if st.get("restarts", 0) >= 1 and "declared" not in seen:
+            seen["declared"] = now
+            seen["restart"] = next(
+                (c for c in st.get("conditions", []) if c["type"] == "Restarting"), {}
+            )
+        if "declared" in seen and st.get("phase") == "Running" and step and step > HANG_AT:
+            seen.setdefault("resumed", now)
+            seen.setdefault("resumed_step", step)
+
+    done = watch_job(e2e, ns, name, timeout=840, on_poll=watch)
+    status = done["status"]
+    assert status["phase"] == "Succeeded", status
+    assert status["restarts"] == 1 and status["progress"]["step"] == STEPS, status
+    restart = seen.get("restart") or {}
+    assert restart.get("reason") == "Stalled", seen
+    message = restart.get("message", "")
+    assert f"training stalled: step {HANG_AT} has not moved for" in message, message
+    assert f"deadline {DEADLINE}s, runPolicy.progressDeadlineSeconds" in message, message
+    assert f"rank 1 (pod {rank1} on node dtjob-real-0) stopped first" in message, message
+    # The hung rank's stacks were in its log before the restart deleted it: the fault hook's
+    # sleep is where its main thread waits.
+    assert "stacks" in seen, "rank 1 printed no stall line before the restart"
+    assert "fault.py" in seen["stacks"], seen["stacks"][-3000:]
+    # Resumed from the checkpoint at or before the hang, not from scratch.
+    assert seen.get("resumed_step", 0) > HANG_AT - 50, seen
+    events = e2e.kubectl("get", "events", "-n", ns, "--field-selector", "reason=Stalled")
+    assert name in events, events
+    print(  # the figures, for the note and bench/
+        f"stall e2e: declared {seen['declared'] - seen['hung']:.0f}s after the operator saw "
+        f"step {HANG_AT} (deadline {DEADLINE}s); training again "
+        f"{seen.get('resumed', 0) - seen['declared']:.0f}s after the declaration"
+    )
