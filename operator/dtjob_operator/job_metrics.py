@@ -1,4 +1,5 @@
-"""Per-job training gauges (step, loss, samples/s, total steps) from status.progress.
+"""Per-job training gauges (step, loss, samples/s, total steps) from status.progress, and
+the slowest straggler's slowdown from the trainer's heartbeat summary.
 
 One series per label set (namespace, job) of every job still running, never of a finished
 or deleted one, and of at most `limit` jobs: a cluster with many jobs must not give its
@@ -21,6 +22,7 @@ from dtjob_api.status import TERMINAL_PHASES
 log = logging.getLogger(__name__)
 
 JobKey = tuple[str, str]
+STRAGGLER_FIELD = "stragglerSlowdown"
 
 # Gauge -> the status.progress field it shows.
 PROGRESS_GAUGES = {
@@ -30,6 +32,11 @@ PROGRESS_GAUGES = {
     "dtjob_job_samples_per_second": (
         "samplesPerSecond",
         "Training throughput the job's trainer reported last",
+    ),
+    # Not a status field: the heartbeat summary's slowest straggler (reconcile.py adds it).
+    "dtjob_job_straggler_slowdown": (
+        STRAGGLER_FIELD,
+        "CPU time per step of the job's slowest straggling rank over the other ranks' median",
     ),
 }
 

@@ -22,6 +22,12 @@ class OperatorMetrics:
         self.restarts = Counter(
             "dtjob_gang_restarts", "Gang restarts started", ["namespace"], registry=self.registry
         )
+        self.stalls = Counter(
+            "dtjob_gang_stalls",
+            "Gang restarts because the step stood still past the progress deadline",
+            ["namespace"],
+            registry=self.registry,
+        )
         self.pods_created = Counter(
             "dtjob_pods_created", "Pods created by the operator", registry=self.registry
         )

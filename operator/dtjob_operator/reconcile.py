@@ -35,13 +35,16 @@ from dtjob_operator.constants import (
     EVENT_WARNING,
     REASON_INVALID_SPEC,
     REASON_RECONCILE_ERROR,
+    REASON_STALLED,
 )
 from dtjob_operator.health import Heartbeats
+from dtjob_operator.job_metrics import STRAGGLER_FIELD
 from dtjob_operator.k8s import KubeApi, Obj
 from dtjob_operator.kill_points import AFTER_ADMISSION_WRITTEN, KillPoints
 from dtjob_operator.metrics import OperatorMetrics
 from dtjob_operator.pod_reads import PodReads
 from dtjob_operator.policies.ownership import owned_by
+from dtjob_operator.policies.stall_blame import straggler_slowdown
 from dtjob_operator.policies.too_deep import too_deep_message, too_deep_path, too_deep_status
 from dtjob_operator.settings import OperatorSettings
 from dtjob_operator.status import admitted_condition, admitted_in, read_progress, status_patch
@@ -317,13 +320,16 @@ class Reconciler:
             self._patch_status(namespace, name, status_patch(written, plan.status))
             if plan.status.get("restarts", 0) > old_status.get("restarts", 0):
                 self.metrics.restarts.labels(namespace=namespace).inc()
+                if any(e.reason == REASON_STALLED for e in plan.events):
+                    self.metrics.stalls.labels(namespace=namespace).inc()
         self.admission.after(backend, job, written, plan.status, bool(plan.delete_pods))
         for event in plan.events:
             self.api.emit_event(job, event.type, event.reason, event.message)
         self.metrics.observe_phase(key, plan.status.get("phase"))
-        self.metrics.job_progress.observe(
-            key, plan.status.get("phase"), plan.status.get("progress")
-        )
+        progress = dict(plan.status.get("progress") or {})
+        if (slowdown := straggler_slowdown(observed.progress)) is not None:
+            progress[STRAGGLER_FIELD] = slowdown
+        self.metrics.job_progress.observe(key, plan.status.get("phase"), progress)
         if retry_after is not None:
             return retry_after
         unwatched = bool(claim_name) or bool(observed.pod_events)

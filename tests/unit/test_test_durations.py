@@ -42,3 +42,20 @@ def test_every_failed_test_is_named_with_its_message(tmp_path: Path) -> None:
     at = lines.index("  FAILED (integration, 175 s) tests.integration.t::test_a")
     assert lines[at + 1].strip() == "AssertionError: gave up after 120 s waiting"
     assert not any("test_b" in line and "FAILED" in line for line in lines)
+
+
+def test_cpu_seconds_the_gauge_and_the_containers_are_summed_up(tmp_path: Path) -> None:
+    # hack/timed.sh's fourth column where it could count ("-" where it could not), and the
+    # lines hack/test-lanes.sh adds to load.txt.
+    (tmp_path / "phases.tsv").write_text(
+        "lint\t6.0\t0\t-\nlane:unit\t600.0\t0\t540.0\nlanes\t610\t0\n"
+    )
+    (tmp_path / "load.txt").write_text("gauge_seconds 0.9\ncontainers_cpu_seconds 1200.0\n")
+    script = load()
+    rec = script.report(tmp_path, top=5)
+    assert [p.get("cpu_seconds") for p in rec["phases"]] == [None, 540.0, None]
+    assert rec["load"] == {"gauge_seconds": 0.9, "containers_cpu_seconds": 1200.0}
+    text = script.summary(rec)
+    assert "    unit                  10.0 min  CPU   9.0 min" in text
+    assert "real node's containers (not in the lanes' figures):  20.0 min" in text
+    assert "machine speed gauge: 0.90 s" in text

@@ -55,6 +55,21 @@ def blame(progress: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]])
     return said
 
 
+def straggler_slowdown(progress: Mapping[str, Any] | None) -> float | None:
+    """The slowest straggler's slowdown in the heartbeat summary (`ranks.stragglers`: CPU
+    time per step over the other ranks' median); None when no rank straggles."""
+    ranks = (progress or {}).get("ranks")
+    found = ranks.get("stragglers") if isinstance(ranks, Mapping) else None
+    slowdowns = [
+        float(s["slowdown"])
+        for s in (found if isinstance(found, list) else [])
+        if isinstance(s, Mapping)
+        and isinstance(s.get("slowdown"), int | float)
+        and not isinstance(s.get("slowdown"), bool)
+    ]
+    return max(slowdowns) if slowdowns else None
+
+
 def _int(value: object) -> int | None:
     if isinstance(value, bool):
         return None

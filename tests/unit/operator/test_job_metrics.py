@@ -78,3 +78,11 @@ def test_a_limit_of_zero_exports_no_job() -> None:
     metrics.job_progress.observe(("ns", "a"), "Running", PROGRESS)
     assert series(metrics, "dtjob_job_step") == set()
     assert exposed(metrics)["dtjob_job_metrics_left_out_jobs"] == 1
+
+
+def test_the_slowest_stragglers_slowdown_is_a_gauge_while_there_is_one() -> None:
+    metrics = OperatorMetrics()
+    metrics.job_progress.observe(("team", "gpt"), "Running", {**PROGRESS, "stragglerSlowdown": 2.5})
+    assert exposed(metrics)['dtjob_job_straggler_slowdown{job="gpt",namespace="team"}'] == 2.5
+    metrics.job_progress.observe(("team", "gpt"), "Running", PROGRESS)  # the episode ended
+    assert series(metrics, "dtjob_job_straggler_slowdown") == set()

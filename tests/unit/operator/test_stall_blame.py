@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from dtjob_operator.policies.stall_blame import blame, pod_of_rank
+from dtjob_operator.policies.stall_blame import blame, pod_of_rank, straggler_slowdown
 
 
 def pod(name: str, first_rank: int, node: str | None = "n1") -> dict[str, Any]:
@@ -73,3 +73,22 @@ def test_the_first_rank_behind_is_named_with_its_pod_node_step_and_call(
 )
 def test_without_a_usable_summary_nobody_is_blamed(progress: dict[str, Any] | None) -> None:
     assert blame(progress, GANG) is None
+
+
+@pytest.mark.parametrize(
+    ("progress", "slowdown"),
+    [
+        (
+            {"ranks": {"stragglers": [{"rank": 2, "slowdown": 1.8}, {"rank": 5, "slowdown": 3.1}]}},
+            3.1,
+        ),
+        ({"ranks": {"stragglers": []}}, None),
+        ({"ranks": {"stragglers": [{"rank": 2, "slowdown": "fast"}, "x"]}}, None),
+        ({"step": 4}, None),
+        (None, None),
+    ],
+)
+def test_the_slowest_straggler_is_the_gauges_value(
+    progress: dict[str, Any] | None, slowdown: float | None
+) -> None:
+    assert straggler_slowdown(progress) == slowdown
