@@ -11,6 +11,7 @@ Python (a notebook, a pipeline step) or through `kubectl dtj`.
 from __future__ import annotations
 
 import builtins
+import json
 import os
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -30,6 +31,7 @@ from dtjob_client.jobs import Job, load_manifest
 from dtjob_client.kube import connect, refused
 from dtjob_client.logs import LogLine, read_logs
 from dtjob_client.queueing import QueueView, queue_view
+from dtjob_client.stalls import ranks_note
 from dtjob_client.why import LABEL_ROLE, Why, current_gang, explain
 
 JOB_LABEL = "dtjob.io/job-name"
@@ -200,7 +202,30 @@ class Client:
         except ApiException as exc:
             raise refused(exc) from None
         pods = self._pods(name, ns)
-        return explain(job, pods, _json(self, events), _json(self, quotas), datetime.now(UTC))
+        return explain(
+            job,
+            pods,
+            _json(self, events),
+            _json(self, quotas),
+            datetime.now(UTC),
+            self._reported(name, ns),
+        )
+
+    def rank_notes(self, jobs: Iterable[Job]) -> dict[tuple[str, str], str]:
+        """For `top`: the started jobs whose trainer's heartbeats name a straggler or a rank
+        that stopped stepping, with that rank's pod and node (one ConfigMap read per started
+        job; the pods are listed only for the jobs that have such a rank)."""
+        notes = {}
+        for job in jobs:
+            if str(job.status.phase) not in ("Running", "Starting", "Restarting"):
+                continue
+            reported = self._reported(job.name, job.namespace)
+            if ranks_note(job, reported, []) is None:
+                continue
+            pods = self._pods(job.name, job.namespace)
+            if note := ranks_note(job, reported, pods):
+                notes[(job.namespace, job.name)] = note
+        return notes
 
     def queue(self, all_namespaces: bool = False, namespace: str | None = None) -> QueueView:
         """Waiting jobs in admission order (per namespace) with their namespaces' quotas."""
@@ -226,6 +251,20 @@ class Client:
         except ApiException as exc:
             raise JobNotFound(name, ns) if exc.status == 404 else refused(exc) from None
         return obj
+
+    def _reported(self, name: str, ns: str) -> dict[str, Any] | None:
+        """The trainer's own progress document (ConfigMap `<job>-progress`), which carries
+        the ranks' heartbeat summary the status leaves out; None when it cannot be read (no
+        report yet, or no right to read ConfigMaps): `why` says less, and nothing fails."""
+        try:
+            cm = self._core.read_namespaced_config_map(f"{name}-progress", ns)
+        except ApiException:
+            return None
+        try:
+            value = json.loads((cm.data or {}).get("progress.json") or "null")
+        except ValueError:
+            return None
+        return value if isinstance(value, dict) else None
 
     def _pods(self, name: str, ns: str) -> builtins.list[dict[str, Any]]:
         try:

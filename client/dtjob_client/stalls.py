@@ -4,7 +4,9 @@ deadline is the operator's figure, never recomputed here. Pure."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
+from typing import Any
 
 from dtjob_api.spec import StallPolicy
 from dtjob_api.status import REASON_STALLED
@@ -62,6 +64,71 @@ def progress_note(job: Job, now: datetime | None) -> str | None:
     if watch.since != watch.lastMoveTime:
         how += f", counted from {_ago(watch.since, now)}s ago, after a pause"
     return f"{head} (stall deadline {watch.deadlineSeconds}s{how})"
+
+
+def ranks_note(
+    job: Job, progress: Mapping[str, Any] | None, pods: Iterable[Mapping[str, Any]]
+) -> str | None:
+    """The trainer's heartbeat summary of a started job's ranks (progress.json's `ranks`,
+    docs/env-contract.md "Heartbeats"): stragglers and the ranks behind, each with its pod
+    and node; None without a summary or when every rank keeps pace."""
+    if str(job.status.phase) not in ("Running", "Starting", "Restarting"):
+        return None
+    ranks = (progress or {}).get("ranks")
+    if not isinstance(ranks, Mapping):
+        return None
+    where = _pods_by_rank(pods)
+    said = []
+    for s in _entries(ranks.get("stragglers")):
+        if (rank := _number(s.get("rank"))) is not None and (x := _number(s.get("slowdown"))):
+            said.append(
+                f"rank {rank:.0f}{where(int(rank))} straggles: {x:.1f}x the CPU time per "
+                "step of the other ranks"
+            )
+    stopped = _number(ranks.get("stopped")) or 0
+    for b in _entries(ranks.get("behind"))[:1] if stopped else []:
+        if (rank := _number(b.get("rank"))) is not None:
+            ago = _number(b.get("lastStepAgo"))
+            text = f"rank {rank:.0f}{where(int(rank))} has not stepped"
+            text += f" for {ago:.0f}s" if ago is not None else ""
+            waiting = b.get("waitingIn")
+            said.append(text + (f", waiting in {waiting}" if isinstance(waiting, str) else ""))
+    if not said:
+        return None
+    return "ranks: " + "; ".join(said)
+
+
+def _pods_by_rank(pods: Iterable[Mapping[str, Any]]) -> Callable[[int], str]:
+    """` (pod <name> on node <node>)` of the pod holding a rank (its first rank, by its
+    dtjob.io/rank annotation, is the largest not above it)."""
+    firsts = []
+    for p in pods:
+        meta = p.get("metadata") or {}
+        first = (meta.get("annotations") or {}).get("dtjob.io/rank")
+        if isinstance(first, str) and first.isdigit():
+            firsts.append(
+                (int(first), str(meta.get("name")), (p.get("spec") or {}).get("nodeName"))
+            )
+    firsts.sort()
+
+    def where(rank: int) -> str:
+        held = [f for f in firsts if f[0] <= rank]
+        if not held:
+            return ""
+        _, name, node = held[-1]
+        return f" (pod {name}" + (f" on node {node})" if node else ")")
+
+    return where
+
+
+def _entries(value: object) -> list[Mapping[str, Any]]:
+    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
 
 
 def _ago(time: str, now: datetime) -> int:

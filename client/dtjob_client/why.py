@@ -18,7 +18,7 @@ from dtjob_api.contract import DOMAIN, TRAINER_CONTAINER
 from dtjob_api.status import REASON_STALLED
 from dtjob_client.growth import growth_note
 from dtjob_client.jobs import Job
-from dtjob_client.stalls import progress_note, stall_note
+from dtjob_client.stalls import progress_note, ranks_note, stall_note
 
 LABEL_ROLE = f"{DOMAIN}/role"
 LABEL_ROLE_INDEX = f"{DOMAIN}/role-index"
@@ -105,6 +105,8 @@ class Why:
     """Why the gang restarts, restarted last or failed, when its training stalled."""
     progress: str | None = None
     """A Running job's step, when it last moved and its stall deadline (stalls.py)."""
+    ranks: str | None = None
+    """Stragglers and ranks that stopped stepping, from the trainer's heartbeats."""
 
 
 def explain(
@@ -113,10 +115,12 @@ def explain(
     events: Iterable[Mapping[str, Any]],
     quotas: Iterable[Mapping[str, Any]],
     now: datetime | None = None,
+    reported: Mapping[str, Any] | None = None,
 ) -> Why:
     """The explanation from the job, its pods, the Events of the namespace (only those about
     the job or its pods are kept) and the namespace's ResourceQuotas; `now` (the reader's
-    clock) dates the last move of a Running job's step."""
+    clock) dates the last move of a Running job's step; `reported` is the trainer's own
+    progress document (its ConfigMap), whose heartbeat summary names slow ranks."""
     st = job.status
     conditions = tuple(
         ConditionInfo(c.type, c.status, c.reason, c.message, c.lastTransitionTime)
@@ -150,6 +154,7 @@ def explain(
         total_steps=progress.totalSteps if progress else None,
         stall=stall_note(job, stalls[-1] if stalls else None),
         progress=progress_note(job, now),
+        ranks=ranks_note(job, reported, gang),
     )
 
 

@@ -139,7 +139,9 @@ def top(ctx: click.Context, interval: float, count: int | None, all_namespaces: 
         while count is None or shown < count:
             if shown:
                 time.sleep(interval)
-            text = format_top(c.list(all_namespaces), datetime.now(UTC), all_namespaces)
+            jobs = c.list(all_namespaces)
+            notes = c.rank_notes(jobs)
+            text = format_top(jobs, datetime.now(UTC), all_namespaces, notes)
             if sys.stdout.isatty():
                 click.clear()
             click.echo(text, nl=False)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from dtjob_client.jobs import Job
@@ -79,9 +79,15 @@ def format_jobs(
 _TOP_ORDER = {"Running": 0, "Restarting": 1, "Starting": 2, "Pending": 3, "Queued": 4}
 
 
-def format_top(jobs: Sequence[Job], now: datetime, all_namespaces: bool = False) -> str:
+def format_top(
+    jobs: Sequence[Job],
+    now: datetime,
+    all_namespaces: bool = False,
+    rank_notes: Mapping[tuple[str, str], str] | None = None,
+) -> str:
     """`top`: a summary line, then the jobs that use the cluster first (running, by
-    throughput), then waiting ones, then finished ones."""
+    throughput), then waiting ones, then finished ones; then, for the jobs in `rank_notes`
+    ((namespace, name) -> stalls.ranks_note), their slow or stopped ranks."""
     phases = Counter(str(j.status.phase) for j in jobs)
     summary = ", ".join(f"{n} {phase}" for phase, n in sorted(phases.items()))
     busy = sum(j.gpus for j in jobs if j.status.phase in ("Running", "Restarting", "Starting"))
@@ -92,4 +98,7 @@ def format_top(jobs: Sequence[Job], now: datetime, all_namespaces: bool = False)
         speed = (p.samplesPerSecond or 0.0) if p else 0.0
         return (_TOP_ORDER.get(str(j.status.phase), 5), -speed, j.namespace, j.name)
 
-    return head + "\n" + format_jobs(sorted(jobs, key=key), now, all_namespaces=all_namespaces)
+    text = head + "\n" + format_jobs(sorted(jobs, key=key), now, all_namespaces=all_namespaces)
+    for (ns, name), note in sorted((rank_notes or {}).items()):
+        text += f"{ns}/{name} {note}\n"
+    return text

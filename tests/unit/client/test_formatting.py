@@ -69,6 +69,12 @@ def test_top_puts_running_jobs_first_by_throughput() -> None:
     assert names[:2] == ["bert", "mirror"], names
 
 
+def test_top_ends_with_the_slow_ranks_of_the_jobs_that_have_one() -> None:
+    note = "ranks: rank 1 (pod bert-worker-0 on node gpu-1) straggles: 2.4x the CPU time per step"
+    text = format_top(fleet(), NOW, all_namespaces=True, rank_notes={("nlp", "bert"): note})
+    assert text == format_top(fleet(), NOW, all_namespaces=True) + f"nlp/bert {note}\n"
+
+
 def queued_big() -> Job:
     return (
         JobJson("big").role("worker", 2, gpus=4)

@@ -96,3 +96,33 @@ def test_a_stall_restart_is_said_in_one_sentence() -> None:
                    "step 1200 has not moved for 612s")
     )  # fmt: skip
     assert "the job failed: its training stalled once more than backoffLimit allows" in said(failed)
+
+
+def member(index: int, node: str) -> dict[str, Any]:
+    labels = {"dtjob.io/role": "worker", "dtjob.io/role-index": str(index)}
+    meta = {"name": f"bert-worker-{index}", "labels": labels,
+            "annotations": {"dtjob.io/rank": str(2 * index)}}  # two ranks a pod  # fmt: skip
+    return {"metadata": meta, "spec": {"nodeName": node}, "status": {"phase": "Running"}}
+
+
+def test_why_names_a_straggler_and_a_stopped_rank_with_their_pods_and_nodes() -> None:
+    watch = {"gang": 0, "step": 1200, "since": "2026-03-01T10:29:18Z",
+             "lastMoveTime": "2026-03-01T10:29:18Z", "deadlineSeconds": 600}  # fmt: skip
+    gang = [member(0, "gpu-1"), member(1, "gpu-7")]
+    ranks = {
+        "count": 4, "stopped": 1,
+        "stragglers": [{"rank": 1, "slowdown": 2.4}],
+        "behind": [{"rank": 3, "step": 1200, "lastStepAgo": 75, "waitingIn": "sleep (f.py:9)"}],
+    }  # fmt: skip
+    text = format_why(explain(running(watch).job(), gang, [], [], NOW, {"ranks": ranks}))
+    assert (
+        "ranks: rank 1 (pod bert-worker-0 on node gpu-1) straggles: 2.4x the CPU time per step "
+        "of the other ranks; rank 3 (pod bert-worker-1 on node gpu-7) has not stepped for 75s, "
+        "waiting in sleep (f.py:9)\n"
+    ) in text
+    # Every rank keeping pace, or no summary at all (a custom image): nothing is said.
+    calm = {**ranks, "stopped": 0, "stragglers": []}
+    assert "ranks:" not in format_why(
+        explain(running(watch).job(), gang, [], [], NOW, {"ranks": calm})
+    )
+    assert "ranks:" not in format_why(explain(running(watch).job(), gang, [], [], NOW, None))
