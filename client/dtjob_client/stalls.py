@@ -17,7 +17,18 @@ HELP = 'docs/troubleshooting.md, "My job is Running but not training"'
 
 def stall_note(job: Job, last_stall_event: str | None) -> str | None:
     """One sentence when the gang restarts, restarted last or failed because its training
-    stalled; `last_stall_event` is the time of the latest Stalled Event about the job."""
+    stalled, with where the stuck ranks' stacks are kept; `last_stall_event` is the time
+    of the latest Stalled Event about the job."""
+    note = _stall_sentence(job, last_stall_event)
+    if note is None:
+        return None
+    return (
+        f"{note}; the stuck ranks' stacks: kubectl -n {job.namespace} get configmap "
+        f"{job.name}-stalls -o jsonpath='{{.data.stacks\\.txt}}'"
+    )
+
+
+def _stall_sentence(job: Job, last_stall_event: str | None) -> str | None:
     st = job.status
     phase = str(st.phase)
     restarting = next((c for c in st.conditions if c.type == "Restarting"), None)

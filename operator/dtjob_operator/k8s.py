@@ -49,6 +49,9 @@ API_CALLS: frozenset[tuple[str, str, str]] = frozenset(
         ("rbac.authorization.k8s.io", "rolebindings", "get"),
         ("networking.k8s.io", "networkpolicies", "get"),
         ("", "persistentvolumeclaims", "get"),  # spec.checkpoint.claimName (CheckpointStorage)
+        # A stalled gang's stacks (stall_stacks.py): its pods' log tails, kept in a ConfigMap.
+        ("", "pods/log", "get"),
+        ("", "configmaps", "patch"),
         ("", "events", "create"),
         # The Events of a pod that hangs in ContainerCreating: FailedMount, FailedAttachVolume.
         ("", "events", "list"),
@@ -275,6 +278,28 @@ class KubeApi:
             "NetworkPolicy": self.networking.read_namespaced_network_policy,
         }
         return read_or_none(readers[kind], name, namespace)
+
+    def pod_log_tail(self, namespace: str, name: str, container: str, lines: int) -> str | None:
+        """The last `lines` lines of a container's log; None when they cannot be read (the
+        pod gone, its container never started, no right to pods/log)."""
+        try:
+            text = self.core.read_namespaced_pod_log(
+                name, namespace, container=container, tail_lines=lines, _request_timeout=20
+            )
+        except ApiException:
+            return None
+        return str(text)
+
+    def put_config_map(self, obj: Obj) -> None:
+        """Create a ConfigMap, or replace the data of the one already there."""
+        ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
+        try:
+            create: Callable[..., object] = self.core.create_namespaced_config_map
+            create(ns, obj)  # a dict body is sent as it is
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            self.core.patch_namespaced_config_map(name, ns, {"data": obj["data"]})
 
     def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
         """Delete a pod; already gone is fine."""

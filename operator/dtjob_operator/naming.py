@@ -36,6 +36,11 @@ def history_config_map_name(job: str) -> str:
     return f"{job}-history"
 
 
+def stalls_config_map_name(job: str) -> str:
+    """The ConfigMap the operator keeps a stalled gang's stacks in (key stacks.txt)."""
+    return f"{job}-stalls"
+
+
 def service_account_name(job: str) -> str:
     """The ServiceAccount the job's pods run as."""
     return f"{job}-trainer"

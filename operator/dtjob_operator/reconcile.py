@@ -47,6 +47,7 @@ from dtjob_operator.policies.ownership import owned_by
 from dtjob_operator.policies.stall_blame import straggler_slowdown
 from dtjob_operator.policies.too_deep import too_deep_message, too_deep_path, too_deep_status
 from dtjob_operator.settings import OperatorSettings
+from dtjob_operator.stall_stacks import keep_stall_stacks
 from dtjob_operator.status import admitted_condition, admitted_in, read_progress, status_patch
 from dtjob_operator.workqueue import WorkQueue
 
@@ -305,6 +306,9 @@ class Reconciler:
                 retry_after = self.children.backoff(uid)
         else:
             self.children.created(uid)
+        stall = next((e for e in plan.events if e.reason == REASON_STALLED), None)
+        if stall is not None and plan.delete_pods:  # before the pods and their logs go
+            keep_stall_stacks(self.api, self._pool, job, pods, observed.progress, stall.message)
         if plan.delete_pods:
             log.info("deleting pods of %s/%s: %s", namespace, name, ", ".join(plan.delete_pods))
         list(self._pool.map(lambda pod: self.api.delete_pod(namespace, pod), plan.delete_pods))

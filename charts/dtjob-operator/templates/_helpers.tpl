@@ -91,6 +91,11 @@ tests/unit/operator/test_chart.py fails on any difference.
 - apiGroups: [""]
   resources: [pods]
   verbs: [get, list, watch, create, delete]
+# A stalled gang's stacks, read from the tails of its pods' logs before the restart deletes
+# them (docs/lifecycle.md, "Stalled gangs").
+- apiGroups: [""]
+  resources: [pods/log]
+  verbs: [get]
 - apiGroups: [""]
   resources: [configmaps]
   verbs: [list, watch, create, get, patch]

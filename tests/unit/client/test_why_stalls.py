@@ -96,6 +96,10 @@ def test_a_stall_restart_is_said_in_one_sentence() -> None:
                    "step 1200 has not moved for 612s")
     )  # fmt: skip
     assert "the job failed: its training stalled once more than backoffLimit allows" in said(failed)
+    assert (
+        "; the stuck ranks' stacks: kubectl -n team-a get configmap bert-stalls -o "
+        "jsonpath='{.data.stacks\\.txt}'"
+    ) in said(failed)
 
 
 def member(index: int, node: str) -> dict[str, Any]:
