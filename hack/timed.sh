@@ -16,6 +16,9 @@ group=""
 # inner ones (cpuacct's usage is hierarchical).
 here=$(awk -F: '$2 ~ /(^|,)cpuacct(,|$)/ { print $3 }' /proc/self/cgroup 2>/dev/null)
 if [ -n "${TEST_REPORTS:-}" ] && [ -w "$CPUACCT${here%/}/cgroup.procs" ]; then
+  # Groups of earlier phases that were not empty when they ended (a daemon's last moments):
+  # rmdir removes only the empty ones, never a running phase's.
+  for old in "$CPUACCT${here%/}"/dtjob-*/; do rmdir "$old" 2>/dev/null; done
   group="$CPUACCT${here%/}/dtjob-${name//[^A-Za-z0-9_-]/_}-$$"
   if mkdir "$group" 2>/dev/null && echo $$ >"$group/cgroup.procs" 2>/dev/null; then :; else
     group=""
