@@ -105,7 +105,13 @@ def start_rank_heartbeat(env: DistEnv, reporter: ProgressReporter) -> Heartbeat:
     from dtjob_trainer.heartbeat import start_heartbeat
 
     def report_ranks(summary: dict[str, Any]) -> None:
-        reporter.update(ranks=summary)
+        # Written only once the loop has reported its start (totalSteps set): before that
+        # the document would say step 0, or the progress ConfigMap keep the last gang's step
+        # with a fresh updateTime, while this gang still imports, meets and resumes.
+        if reporter.current.totalSteps:
+            reporter.update(ranks=summary)
+        else:
+            reporter.remember(ranks=summary)
 
     def report_activity(activity: str) -> None:
         # Not a write of its own: the loop's next report or the heartbeat's carries it.
