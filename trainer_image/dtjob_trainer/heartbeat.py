@@ -396,8 +396,17 @@ class HeartbeatThread(threading.Thread):
         self._dumped_for: float | None = None  # the idle span already dumped
 
     def run(self) -> None:
-        while not self.halt.wait(self.period):
+        while not self.halt.wait(self.next_wait()):
             self.tick()
+
+    def next_wait(self) -> float:
+        """Seconds to the next tick: the period, or less when the stall dump falls due
+        before it, so that the stacks are printed on time (the operator reads them when it
+        declares the stall, a quarter of the deadline later) and not up to a period late."""
+        if self.stall_dump_seconds is None or self._dumped_for == self.heartbeat.last_mono:
+            return self.period
+        due = self.stall_dump_seconds - self.heartbeat.idle_seconds()
+        return min(self.period, max(0.2, due + 0.05))
 
     def tick(self) -> None:
         """One heartbeat; never raises (a failure is logged: the first, then every 10th)."""

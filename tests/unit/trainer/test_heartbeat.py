@@ -403,3 +403,17 @@ def test_rank_zero_activity_rides_on_the_next_progress_write() -> None:
     assert written == []
     reporter.update(ranks={"count": 2})
     assert (written[0]["activity"], written[0]["ranks"]) == (CHECKPOINTING, {"count": 2})
+
+
+def test_the_thread_wakes_when_the_stall_dump_falls_due_not_a_period_later() -> None:
+    hb = Heartbeat(rank=1)
+    hb.beat(5)
+    thread = HeartbeatThread(hb, 2, 10.0, lambda: None, stall_dump_seconds=22.0)
+    assert thread.next_wait() == 10.0  # the dump is 22 s away: a whole period
+    hb.last_mono -= 15.0  # still for 15 s: due in 7
+    assert 6.9 < thread.next_wait() < 7.2
+    hb.last_mono -= 10.0  # overdue: at once, but never a busy loop
+    assert thread.next_wait() == 0.2
+    thread._dumped_for = hb.last_mono  # this episode dumped already: back to the period
+    assert thread.next_wait() == 10.0
+    assert HeartbeatThread(hb, 2, 10.0, lambda: None).next_wait() == 10.0  # no dump asked
