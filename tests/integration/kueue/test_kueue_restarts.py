@@ -38,6 +38,13 @@ def test_a_kueue_restart_leaves_a_running_job_its_workload_pods_and_quota(
     cluster: Any, kueue: Kueue
 ) -> None:
     ns = create_namespace(cluster.core, "kr")
+    try:
+        _kueue_restart(cluster, kueue, ns)
+    finally:  # its pods would hold the fake GPUs that later modules wait for
+        cluster.core.delete_namespace(ns)
+
+
+def _kueue_restart(cluster: Any, kueue: Kueue, ns: str) -> None:
     team_queue(cluster, ns, gpus=1)
     a, b = unique("a"), unique("b")
     create_job(cluster.api, ns, queued_job(a, 1, 1))
@@ -61,7 +68,6 @@ def test_a_kueue_restart_leaves_a_running_job_its_workload_pods_and_quota(
     assert [p.metadata.uid for p in all_pods(cluster.core, ns, a)] == [pod.metadata.uid]
     assert status(cluster.api, ns, b).get("phase") == "Queued", story(cluster, ns, a, b)
     assert not all_pods(cluster.core, ns, b)
-    cluster.core.delete_namespace(ns)
 
 
 def test_an_operator_killed_while_kueue_admits_starts_one_gang_from_one_workload(
@@ -70,19 +76,28 @@ def test_an_operator_killed_while_kueue_admits_starts_one_gang_from_one_workload
     operator: OperatorProcess,  # noqa: F811 (the fixture)
 ) -> None:
     ns = create_namespace(cluster.core, "ko")
-    team_queue(cluster, ns, gpus=2)
+    try:
+        _operator_killed_while_kueue_admits(cluster, operator, ns)
+    finally:  # its pods would hold the fake GPUs that later modules wait for
+        cluster.core.delete_namespace(ns)
+
+
+def _operator_killed_while_kueue_admits(cluster: Any, op: OperatorProcess, ns: str) -> None:
     a = unique("a")
     create_job(cluster.api, ns, queued_job(a, 2, 1))
     wait_for(lambda: workload(cluster, ns, a) is not None, 60, what=f"{a}'s Workload created")
-    # SIGKILL right after the Workload is written: Kueue admits it with no operator running.
-    operator.kill()
+    # SIGKILL once the Workload is written, and only then the queue that admits it: Kueue
+    # admits the job with no operator running (a queue there from the start let Kueue and
+    # the operator finish the admission in the moment before the kill, on a loaded machine).
+    op.kill()
     try:
+        team_queue(cluster, ns, gpus=2)
         wait_for(lambda: is_true(workload(cluster, ns, a), "Admitted"), 60,
                  what=f"{a}'s Workload admitted while the operator is down",
                  explain=lambda: story(cluster, ns, a))  # fmt: skip
         assert not all_pods(cluster.core, ns, a)
     finally:
-        operator.start()
+        op.start()
     pods = running(cluster.core, ns, a, 2)
     wait_phase(cluster.api, ns, a, "Running")
     time.sleep(HOLD_SECONDS)
@@ -94,4 +109,3 @@ def test_an_operator_killed_while_kueue_admits_starts_one_gang_from_one_workload
     assert len(job_pods(cluster.core, ns, a)) == 2
     st = status(cluster.api, ns, a)
     assert st["phase"] == "Running" and not (st.get("admission") or {}).get("preemptions"), st
-    cluster.core.delete_namespace(ns)
