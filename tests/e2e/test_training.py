@@ -32,9 +32,10 @@ MIN_ACCURACY = 0.8
 # EASGD is judged by its center variable, which trails the workers' models by design
 # (elastic averaging pulls it toward them a little each round): 0.58 measured here.
 MIN_ACCURACY_BY_EXAMPLE = {"easgd": 0.5}
-# All of them, from the first apply: about 10 min on the committed figure (25 min CI runs);
-# 1463 s in stop 40's run and over 1500 s in a local run of 2026-11-28, where the whole
-# suite ran 2 to 2.5x slower than its committed figure (the next session's first item).
+# All of them, from the first apply: about 10 min on the committed figure (25 min CI runs).
+# On the 2.5-3.4x slower machine of 2026-11-28 it took 1463 s and more while trainer pods
+# ran one OpenMP thread per core of the node; with one per core of the pod (the operator's
+# OMP_NUM_THREADS), 611 s there. A bound for a stuck fleet, not a speed target.
 TIMEOUT = 2400
 POLL = 2.0
 
