@@ -19,6 +19,6 @@ image-tag: ## print the tag `make images` pushed the operator and trainer under 
 # (DTJOB_KEEP_CLUSTER=1 keeps it), like the integration fixture does.
 test-e2e: ## only the end-to-end tests (real node, images, chart; builds what they need)
 	@was_up=0; $(CLUSTER) status >/dev/null 2>&1 && was_up=1; rc=0; \
-	{ $(TOP)/hack/realnode-up.sh e2e && $(MAKE) --no-print-directory _pytest PYTEST_MARK="e2e" PYTEST_TIER=e2e; } \
+	{ $(TOP)/hack/realnode-up.sh e2e && $(MAKE) --no-print-directory _pytest PYTEST_MARK="e2e" PYTEST_TIER=$(or $(E2E_TIER),e2e); } \
 	  || rc=$$?; \
 	if [ $$was_up = 0 ] && [ "$$DTJOB_KEEP_CLUSTER" != 1 ]; then $(CLUSTER) down; fi; exit $$rc

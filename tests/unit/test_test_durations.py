@@ -59,3 +59,35 @@ def test_cpu_seconds_the_gauge_and_the_containers_are_summed_up(tmp_path: Path) 
     assert "    unit                  10.0 min  CPU   9.0 min" in text
     assert "real node's containers (not in the lanes' figures):  20.0 min" in text
     assert "machine speed gauge: 0.90 s" in text
+
+
+def _case(name: str, failed: bool) -> str:
+    body = '<failure message="gave up">tb</failure>' if failed else ""
+    return (
+        f'<testcase classname="tests.unit.t" file="tests/unit/t.py" name="{name}" time="3">'
+        f"{body}</testcase>"
+    )
+
+
+def test_a_failure_that_passed_alone_is_flaky_and_all_failures_end_the_summary(
+    tmp_path: Path,
+) -> None:
+    suite = "<testsuites><testsuite>{}</testsuite></testsuites>"
+    (tmp_path / "unit.xml").write_text(suite.format(_case("test_a", True) + _case("test_b", True)))
+    (tmp_path / "rerun-unit.xml").write_text(
+        suite.format(_case("test_a", False) + _case("test_b", True))
+    )
+    script = load()
+    rec = script.report(tmp_path, top=5)
+    assert [(c["test"], c["flaky"]) for c in rec["failed"]] == [
+        ("tests.unit.t::test_a", True),
+        ("tests.unit.t::test_b", False),
+    ]
+    assert [f["file"] for f in rec["files"]] == ["tests/unit/t.py"]
+    assert rec["files"][0]["seconds"] == 6.0  # the second runs are not counted in
+    lines = script.summary(rec).splitlines()
+    assert lines[-3:] == [
+        "  2 failed in the lanes:",
+        "    FLAKY (passed alone) (unit) tests.unit.t::test_a",
+        "    FAILED (unit) tests.unit.t::test_b",
+    ]

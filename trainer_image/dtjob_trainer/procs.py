@@ -4,7 +4,10 @@ every child; when one child fails the others get a grace period to fail on their
 (they usually notice the lost peer and exit 201), then are terminated. The exit code is
 that of the earliest failure (a signal N counts as 128 + N), or 0 when all succeed.
 SIGUSR1 prints the supervisor's stacks and is passed on, so one `kill -USR1` of a pod's
-first process shows where every rank of it waits (__main__.main registers the dump).
+first process shows where every rank of it waits (__main__.main registers the dump). It is
+passed on to one child at a time, STACKS_APART_SECONDS apart: the dumps share the pod's
+stderr, and faulthandler writes a stack in many small pieces, so children dumping at once
+interleave them character by character into an unreadable log.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from types import FrameType
 from typing import Protocol
 
 POLL_SECONDS = 0.1
+STACKS_APART_SECONDS = 0.5
 KILL_AFTER_SECONDS = 10.0
 
 
@@ -68,11 +72,12 @@ def supervise(
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
 
+    to_dump: list[Child] = []  # children still to pass SIGUSR1 on to, one at a time
+    next_dump = 0.0
+
     def stacks(signum: int, frame: FrameType | None) -> None:
         faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGUSR1)
+        to_dump[:] = list(procs)
 
     previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
     previous[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, stacks)
@@ -81,6 +86,11 @@ def supervise(
     try:
         while any(p.poll() is None for p in procs):
             now = time.monotonic()
+            if to_dump and now >= next_dump:
+                child = to_dump.pop(0)
+                if child.poll() is None:
+                    child.send_signal(signal.SIGUSR1)
+                next_dump = now + STACKS_APART_SECONDS
             if first_failure is None:
                 for p in procs:
                     if p.returncode not in (None, 0):

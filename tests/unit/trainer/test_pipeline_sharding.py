@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import torch
 from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
-from unit.trainer.harness import CHILD_PATH, a_spec, child_env, launch
+from unit.trainer.harness import CHILD_PATH, LAUNCH_SECONDS, a_spec, child_env, launch
 from unit.trainer.reference import assert_losses_close, assert_params_close, reference_run
 
 from dtjob_trainer.checkpoint import Checkpointer
@@ -99,7 +99,9 @@ def _measure(spec: dict[str, Any], what: str) -> dict[str, int]:
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        # A build of 130-280 MB with every large allocation mmapped: 19 s on an idle CI
+        # machine, over 120 s on a loaded one (the lanes' load reached 14 on 2 cores).
+        timeout=LAUNCH_SECONDS,
         check=True,
     )
     result: dict[str, int] = json.loads(out.stdout.splitlines()[-1])

@@ -70,3 +70,44 @@ def test_children_ignoring_sigterm_are_killed(tmp_path: Path) -> None:
 
 def test_signals_count_as_128_plus_n() -> None:
     assert exit_code(-9) == 137 and exit_code(-15) == 143 and exit_code(3) == 3
+
+
+class _Sleeper:
+    """A child for `supervise` that only notes when it got SIGUSR1, and ends once it has."""
+
+    def __init__(self) -> None:
+        self.returncode: int | None = None
+        self.dumped_at: float | None = None
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if sig == signal.SIGUSR1:
+            self.dumped_at, self.returncode = time.monotonic(), 0
+
+    def terminate(self) -> None:
+        self.returncode = -signal.SIGTERM
+
+    def kill(self) -> None:
+        self.returncode = -signal.SIGKILL
+
+
+def test_sigusr1_reaches_the_children_one_at_a_time(capfd) -> None:  # type: ignore[no-untyped-def]
+    # The children's dumps share the pod's stderr and faulthandler writes in small pieces:
+    # two at once interleave into an unreadable log (seen in CI). They are passed the
+    # signal apart, after the supervisor's own dump.
+    from itertools import pairwise
+    from threading import Timer
+
+    from dtjob_trainer.procs import STACKS_APART_SECONDS, supervise
+
+    kids = [_Sleeper(), _Sleeper(), _Sleeper()]
+    starting = iter(kids)
+    Timer(0.3, os.kill, (os.getpid(), signal.SIGUSR1)).start()
+    assert supervise([([], {})] * 3, start=lambda argv, env: next(starting)) == 0
+    assert "in test_sigusr1_reaches_the_children_one_at_a_time" in capfd.readouterr().err
+    times = [k.dumped_at for k in kids if k.dumped_at is not None]
+    assert len(times) == 3
+    gaps = [b - a for a, b in pairwise(times)]
+    assert min(gaps) >= STACKS_APART_SECONDS, gaps
