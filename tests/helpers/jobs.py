@@ -76,6 +76,10 @@ def patch_job(api: client.ApiClient, ns: str, name: str, patch: dict[str, Any]) 
     )
 
 
+def delete_job(api: client.ApiClient, ns: str, name: str) -> None:
+    client.CustomObjectsApi(api).delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+
+
 def status(api: client.ApiClient, ns: str, name: str) -> dict[str, Any]:
     job = get_job(api, ns, name)
     return (job or {}).get("status") or {}

@@ -3,15 +3,15 @@ run on the host against the local control plane, with the CRDs of the same Go mo
 
 How it is wired without a cluster network (docs/kueue.md, "Kueue in the tests"):
 - its CRDs are applied server-side with the conversion webhook left out: every client here
-  (Kueue 0.17 itself, the operator, the tests) speaks v1beta2, the storage version, so the
+  (Kueue itself, the operator, the tests) speaks v1beta2, the storage version, so the
   API server never converts;
 - no webhook configurations are installed (they point at an in-cluster Service): Kueue's
   defaulting and validation of Workloads do not run, so what the operator writes must be
   complete and valid on its own, which the tests then prove;
 - internal certificate management, leader election and the visibility server are off; the
   webhook server gets a self-signed pair on a free local port. With internal certificates
-  off, Kueue 0.17 reads its metrics server's pair from a fixed path whether or not metrics
-  are served (cmd/kueue/main.go), and exits without it: METRICS_CERTS gets one too.
+  off, Kueue (0.17, 0.19) reads its metrics server's pair from a fixed path whether or not
+  metrics are served (cmd/kueue/main.go), and exits without it: METRICS_CERTS gets one too.
 """
 
 from __future__ import annotations
@@ -95,7 +95,12 @@ def _self_signed(directory: Path) -> None:
     )  # fmt: skip
 
 
-def config(workdir: Path, *, wait_for_pods_ready: dict[str, Any] | None = None) -> Path:
+def config(
+    workdir: Path,
+    *,
+    wait_for_pods_ready: dict[str, Any] | None = None,
+    fair_sharing: dict[str, Any] | None = None,
+) -> Path:
     """Kueue's Configuration for a host process: what the module docstring says."""
     certs = workdir / "webhook-certs"
     _self_signed(certs)
@@ -123,6 +128,8 @@ def config(workdir: Path, *, wait_for_pods_ready: dict[str, Any] | None = None) 
     }
     if wait_for_pods_ready is not None:
         cfg["waitForPodsReady"] = wait_for_pods_ready
+    if fair_sharing is not None:  # in config v1beta2 its presence turns it on
+        cfg["fairSharing"] = fair_sharing
     path = workdir / "kueue-config.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
@@ -133,9 +140,19 @@ class Kueue:
 
     def __init__(self, kubeconfig: Path, workdir: Path, **options: Any) -> None:
         self.log = workdir / "kueue.log"
-        self.kubeconfig = kubeconfig
-        self.cfg = config(workdir, **options)
+        self.kubeconfig, self.workdir, self.options = kubeconfig, workdir, options
+        self._configure(options)
+        self._start()
+
+    def _configure(self, options: dict[str, Any]) -> None:
+        self.cfg = config(self.workdir, **options)
         self.health = yaml.safe_load(self.cfg.read_text())["health"]["healthProbeBindAddress"]
+
+    def reconfigure(self, **options: Any) -> None:
+        """Start it again with another Configuration (config()'s options): a cluster-wide
+        setting such as fair sharing, which an admin changes by restarting the manager."""
+        self.stop()
+        self._configure(options)
         self._start()
 
     def _start(self) -> None:

@@ -14,7 +14,7 @@ from integration.kueue.test_kueue_jobs import FLAVOR_LABELS, operator, queued_jo
 from integration.kueue.test_kueue_runs import custom
 
 from dtjob_operator.constants import LABEL_POD_SET_INDEX
-from helpers.jobs import create_job, job_pods, wait_phase, wait_pods_running
+from helpers.jobs import create_job, delete_job, get_job, job_pods, wait_phase, wait_pods_running
 from helpers.kube import unique, wait_for
 from helpers.kueue import GROUP, VERSION, Kueue
 
@@ -35,8 +35,11 @@ def racks(cluster: Any) -> Iterator[dict[str, str]]:
         ).items
     )[:4]
     assert len(nodes) == 4, nodes
-    # Pods of earlier tests' namespaces may still be going: the racks must be empty.
+    # Pods of earlier tests' namespaces may still be going: the racks must be empty. So must
+    # Kueue's view of them: an earlier test's Workload, still admitted while its namespace
+    # goes, keeps its hosts in Kueue's topology cache after its pods are gone.
     wait_for(lambda: not gpu_pods_on(cluster.core, nodes), 90, what="no GPU pod on the racks")
+    wait_for(lambda: not placed_workloads(cluster), 90, what="no Workload placed by topology")
     placed = {node: f"r{i // 2}" for i, node in enumerate(nodes)}
     for node, rack in placed.items():
         cluster.core.patch_node(node, {"metadata": {"labels": {RACK: rack}}})
@@ -52,6 +55,16 @@ def gpu_pods_on(core: Any, nodes: list[str]) -> list[str]:
         p.metadata.name for p in pods if p.spec.node_name in nodes
         and any("nvidia.com/gpu" in ((c.resources and c.resources.requests) or {})
                 for c in p.spec.containers)
+    ]  # fmt: skip
+
+
+def placed_workloads(cluster: Any) -> list[str]:
+    """Workloads that hold a topology assignment (TAS-admitted, of any namespace)."""
+    items = custom(cluster).list_cluster_custom_object(GROUP, VERSION, "workloads")["items"]
+    return [
+        w["metadata"]["name"] for w in items
+        if any(a.get("topologyAssignment") for a in
+               (((w.get("status") or {}).get("admission") or {}).get("podSetAssignments") or []))
     ]  # fmt: skip
 
 
@@ -105,3 +118,51 @@ def test_a_gang_that_requires_a_rack_lands_in_one_rack_in_rank_order(
     admitted = next(c for c in running["conditions"] if c["type"] == "Admitted")
     assert f"worker placed by topology on {hosts[0]} x2, {hosts[2]} x2" in admitted["message"]
     assert len(job_pods(cluster.core, ns, name)) == 4
+
+
+def _admitted_message(api: Any, ns: str, name: str) -> str:
+    status = (get_job(api, ns, name) or {}).get("status") or {}
+    return next(
+        (c.get("message", "") for c in status.get("conditions", []) if c["type"] == "Admitted"),
+        "",
+    )
+
+
+@pytest.mark.usefixtures("operator")
+def test_a_gang_that_prefers_a_rack_spans_two_when_one_cannot_hold_it(
+    cluster: Any, kueue: Kueue, racks: dict[str, str], namespace: str
+) -> None:
+    # Six pods of 3 GPUs: a host of 8 holds two, a rack of two hosts four. Required, one
+    # rack cannot hold the gang and it waits, saying so; preferred, Kueue packs it into as
+    # few racks as it can (four pods in one, two in the other) and the ranks follow.
+    ns = namespace
+    topology_queue(cluster, ns, gpus=32)
+    strict, loose = unique("strict"), unique("loose")
+    job = queued_job(strict, 6, 3)
+    job["spec"]["placement"] = {"topology": {"required": RACK}}
+    create_job(cluster.api, ns, job)
+    wait_for(
+        lambda: "topology" in _admitted_message(cluster.api, ns, strict).lower(),
+        90, what=f"{strict} saying why one rack cannot hold it",
+    )  # fmt: skip
+    assert not job_pods(cluster.core, ns, strict)
+    delete_job(cluster.api, ns, strict)
+
+    job = queued_job(loose, 6, 3)
+    job["spec"]["placement"] = {"topology": {"preferred": RACK}}
+    create_job(cluster.api, ns, job)
+    pods = wait_pods_running(cluster.core, ns, loose, 6, timeout=120)
+    by_index = sorted(pods, key=lambda p: int(p.metadata.labels[LABEL_POD_SET_INDEX]))
+    assert [p.metadata.name for p in by_index] == [p.metadata.name for p in pods]  # rank order
+    for pod in pods:
+        assert not pod.spec.scheduling_gates, pod.spec.scheduling_gates
+        assert pod.spec.node_selector[HOST] == pod.spec.node_name
+        assert pod.metadata.annotations["kueue.x-k8s.io/podset-preferred-topology"] == RACK
+    hosts = [p.spec.node_name for p in by_index]
+    per_rack = sorted(sum(racks[h] == r for h in hosts) for r in set(racks.values()))
+    assert per_rack == [2, 4], hosts  # as few racks as the gang allows, the first one full
+    assert all(hosts.count(h) == 2 for h in set(hosts)), hosts  # two pods a host
+    assert [racks[h] for h in hosts] == sorted(racks[h] for h in hosts), hosts  # ranks by rack
+    running = wait_phase(cluster.api, ns, loose, "Running")
+    admitted = next(c for c in running["conditions"] if c["type"] == "Admitted")
+    assert "worker placed by topology on" in admitted["message"], admitted
