@@ -10,8 +10,8 @@ bounded by the schema (a free-form object would accept anything, however deep).
 What `extract` keeps and changes, so that the result is a structural CRD schema:
 - the types reachable from PodSpec (plus the short fields' types), `$ref`s kept by short
   name (`inline` resolves them when the CRD is generated; core/v1 has no cycles there);
-- descriptions and numeric formats dropped (the CRD stays small enough for client-side
-  `kubectl apply`; `kubectl explain pod.spec` has them), as are the strategic-merge-patch
+- descriptions and numeric formats dropped (the CRD stays within its budget, test_crd.py;
+  `kubectl explain pod.spec` has them), as are the strategic-merge-patch
   and union markers a CRD does not take;
 - IntOrString and Quantity (`oneOf` integer/number and string) become
   `x-kubernetes-int-or-string`;
@@ -50,8 +50,8 @@ _DROPPED_PROPERTIES = {
     "PodSpec": {"ephemeralContainers"},
     # In-tree volume plugins that 1.33 kubelets no longer have (removed: cephfs and rbd in
     # 1.31, with no CSI migration; gitRepo: off by default): a pod using them cannot start,
-    # so the template refuses them at apply; and the CRD must stay under the 256 KiB of a
-    # client-side `kubectl apply`.
+    # so the template refuses them at apply; and the CRD must stay within its budget
+    # (test_crd.py).
     "Volume": {"cephfs", "flocker", "gitRepo", "glusterfs", "photonPersistentDisk", "quobyte",
                "rbd", "scaleIO", "storageos"},
 }  # fmt: skip
@@ -215,7 +215,7 @@ def _resolve(node: Any, seen: tuple[str, ...]) -> Any:
         return _resolve(_schemas()[ref], (*seen, ref))
     # "atomic" is what an unmarked list of a CRD schema is (apiextensions' default, for
     # server-side apply and CEL alike): written out, its ~480 copies across the three roles'
-    # templates cost 16 KB of the 256 KiB that client-side `kubectl apply` allows.
+    # templates cost 16 KB of the CRD's budget (test_crd.py).
     return {k: _resolve(v, seen) for k, v in node.items() if (k, v) != (_LIST_TYPE, "atomic")}
 
 

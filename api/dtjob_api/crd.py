@@ -182,7 +182,7 @@ def _cross_field_rules() -> list[dict[str, Any]]:
     for rule in RULES:
         # A rule with a message expression carries no static message: the expression only
         # joins string fields the schema defaults, so it cannot fail, and the words twice
-        # would cost the 256 KiB a client-side `kubectl apply` allows.
+        # would cost the CRD's budget (test_crd.py).
         expression = rule.message_expression()
         entry = (
             {"rule": rule.cel, "messageExpression": expression}

@@ -136,8 +136,9 @@ class RunPolicy(ApiModel):
     backoffLimit: int = Field(default=3, ge=0, le=1000)
     """Gang restarts allowed after retryable failures before the job fails."""
     restartPolicy: RestartPolicy = RestartPolicy.EXIT_CODE
-    """ExitCode: exit codes 1-127 are permanent, 128+ (signals, OOM kill) retryable, unless
-    listed below; OnFailure: every failure is retryable; Never: every failure is permanent."""
+    """ExitCode: exit codes 1-127 are permanent, 128+ (signals, OOM kill) and any exit whose
+    last log lines name a GPU or fabric fault retryable, unless listed below; OnFailure:
+    every failure is retryable; Never: every failure is permanent."""
     retryableExitCodes: list[ExitCode] | None = Field(default=None, max_length=255)
     """ExitCode policy: codes that are retryable although the default would say permanent."""
     permanentExitCodes: list[ExitCode] | None = Field(default=None, max_length=255)

@@ -29,7 +29,7 @@ KUEUE_ADMITTED_MESSAGE = "admitted by Kueue"
 REASON_STALLED = "Stalled"
 # Values of progress.json's `activity` key during which a still step is expected (a
 # checkpoint being written, an evaluation pass): the operator's stall clock stops then.
-# Not in status.progress: the CRD has no room to spare (test_crd.py, client-side apply).
+# Not in status.progress: the CRD's size is a budget (test_crd.py).
 PAUSED_ACTIVITIES = frozenset({"checkpointing", "evaluating"})
 
 
@@ -98,7 +98,7 @@ class Progress(ApiModel):
 class ProgressWatch(ApiModel):
     """How long the Running gang's step has stood still, and the deadline."""
 
-    # Terse docstrings: the CRD must fit client-side `kubectl apply` (test_crd.py).
+    # Terse docstrings: the CRD's size is a budget (test_crd.py).
     gang: int
     """Gang generation watched."""
     step: int | None = None
@@ -111,6 +111,17 @@ class ProgressWatch(ApiModel):
     """Learned seconds per step."""
     deadlineSeconds: int | None = None
     """Stall deadline in force."""
+
+
+class AvoidedNode(ApiModel):
+    """A node the job's next gangs keep off (docs/lifecycle.md, "Nodes that make gangs sick")."""
+
+    node: str
+    """Node name."""
+    reason: str | None = None
+    """What pointed at it."""
+    until: str | None = None
+    """When it may be used again."""
 
 
 class AdmissionBackendName(StrEnum):
@@ -189,6 +200,8 @@ class DistributedTrainingJobStatus(ApiModel):
     """Training progress from rank 0."""
     progressWatch: ProgressWatch | None = None
     """While Running: the stall watch."""
+    avoidedNodes: list[AvoidedNode] | None = Field(default=None, max_length=8)
+    """Nodes a stall or a hardware fault pointed at, kept off by the next gangs for a time."""
     observedGeneration: int | None = None
     """The spec generation the status was computed from."""
     queuePosition: int | None = None

@@ -30,8 +30,8 @@ Labels = Annotated[dict[str, str], Field(max_length=64)]
 
 def _no_reserved_keys(kind: str) -> dict[str, str]:
     """labels or annotations, short and under metadata: no dtjob.io/* key (one rule for
-    both places: each rule is repeated in the three roles' templates, and the CRD must
-    stay under the 256 KiB of a client-side `kubectl apply`)."""
+    both places: each rule is repeated in the three roles' templates, and the CRD's size
+    is a budget, test_crd.py)."""
     rule = (
         f"(!has(self.{kind}) || self.{kind}.all(k, !k.startsWith('dtjob.io/'))) && "
         f"(!has(self.metadata) || !has(self.metadata.{kind}) || "

@@ -77,6 +77,19 @@ def progress_note(job: Job, now: datetime | None) -> str | None:
     return f"{head} (stall deadline {watch.deadlineSeconds}s{how})"
 
 
+def avoided_note(job: Job) -> str | None:
+    """`avoided nodes: gpu-7 until <time> (pod j-worker-3 failed with a hardware fault:
+    ...)`: the nodes a stall or a hardware fault pointed at, which the job's next gangs
+    keep off (docs/lifecycle.md, "Nodes that make gangs sick")."""
+    avoided = job.status.avoidedNodes or []
+    if not avoided or str(job.status.phase) in ("Succeeded", "Failed"):
+        return None
+    return "avoided nodes: " + "; ".join(
+        f"{a.node} until {a.until} ({a.reason})" if a.reason else f"{a.node} until {a.until}"
+        for a in avoided
+    )
+
+
 def ranks_note(
     job: Job, progress: Mapping[str, Any] | None, pods: Iterable[Mapping[str, Any]]
 ) -> str | None:

@@ -18,7 +18,7 @@ from dtjob_api.contract import DOMAIN, TRAINER_CONTAINER
 from dtjob_api.status import REASON_STALLED
 from dtjob_client.growth import growth_note
 from dtjob_client.jobs import Job
-from dtjob_client.stalls import progress_note, ranks_note, stall_note
+from dtjob_client.stalls import avoided_note, progress_note, ranks_note, stall_note
 
 LABEL_ROLE = f"{DOMAIN}/role"
 LABEL_ROLE_INDEX = f"{DOMAIN}/role-index"
@@ -107,6 +107,8 @@ class Why:
     """A Running job's step, when it last moved and its stall deadline (stalls.py)."""
     ranks: str | None = None
     """Stragglers and ranks that stopped stepping, from the trainer's heartbeats."""
+    avoided: str | None = None
+    """The nodes the job's next gangs keep off, until when and why (status.avoidedNodes)."""
 
 
 def explain(
@@ -155,6 +157,7 @@ def explain(
         stall=stall_note(job, stalls[-1] if stalls else None),
         progress=progress_note(job, now),
         ranks=ranks_note(job, reported, gang),
+        avoided=avoided_note(job),
     )
 
 

@@ -124,6 +124,7 @@ REASON_DISRUPTED: Final = "Disrupted"
 # restarted from its checkpoint like a retryable failure, counted against backoffLimit. The
 # CLI reads it too, so it is spelled once in dtjob_api.
 REASON_STALLED: Final = _REASON_STALLED
+REASON_NODE_AVOIDED: Final = "NodeAvoided"
 REASON_BACKOFF_LIMIT_EXCEEDED: Final = "BackoffLimitExceeded"
 REASON_DEADLINE_EXCEEDED: Final = "DeadlineExceeded"
 REASON_SUSPENDED: Final = "Suspended"

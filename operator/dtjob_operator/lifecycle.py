@@ -39,6 +39,7 @@ Reading order (each step returns when it decides):
    -> Failed at once; retryable -> restarts+1 (Failed/BackoffLimitExceeded past
    backoffLimit), phase Restarting, every pod deleted. Once the gang has started, a member
    that is deleted or vanishes counts as a retryable failure too (eviction, node drain).
+   A restart that points at a node keeps the next gangs off it (plan_nodes.py).
 7. Success per the success policy: Succeeded; still-running pods (parameter servers) stop.
 8. Gang started (Starting/Running): recreate anything missing, Running once all pods are
    ready. A gang not all ready within the pods-ready timeout of its first pod's creation is
@@ -95,6 +96,7 @@ from dtjob_operator.constants import (
     STATUS_TRUE,
 )
 from dtjob_operator.plan_elastic import ElasticSteps
+from dtjob_operator.plan_nodes import NodeSteps
 from dtjob_operator.plan_stall import StallSteps
 from dtjob_operator.plan_types import Event, Observed, Plan
 from dtjob_operator.policies.backoff import restart_delay, restart_not_before
@@ -103,6 +105,7 @@ from dtjob_operator.policies.create_errors import CreateError
 from dtjob_operator.policies.deadline import deadline_exceeded
 from dtjob_operator.policies.failure_policy import gang_failures, is_invalid_config
 from dtjob_operator.policies.finished import finished_actions, lenient_run_policy, unfinished
+from dtjob_operator.policies.node_blame import Suspect
 from dtjob_operator.policies.peer_lost import peer_lost_wait
 from dtjob_operator.policies.pod_failure_policy import GangVerdict, judge_gang
 from dtjob_operator.policies.pods import (
@@ -143,7 +146,7 @@ def plan(observed: Observed, settings: OperatorSettings) -> Plan:
     return _Planner(observed, settings).run()
 
 
-class _Planner(ElasticSteps, StallSteps):
+class _Planner(ElasticSteps, StallSteps, NodeSteps):
     """One planning pass: the decisions, top to bottom, over PlanState's toolkit."""
 
     # -- the decision, top to bottom -----------------------------------------------------
@@ -313,26 +316,41 @@ class _Planner(ElasticSteps, StallSteps):
             return self._fail(
                 REASON_INVALID_SPEC if invalid else REASON_POD_FAILED_PERMANENT, verdict.message
             )
-        return self._restart_gang(verdict.reason, verdict.message, gang.counted, policy)
+        suspect = self._suspect_of_failure(verdict.failure)
+        return self._restart_gang(
+            verdict.reason, verdict.message, gang.counted, policy, suspect=suspect
+        )
 
     def _on_stall(self, stall: Stall, policy: RunPolicy) -> Plan:
         """The step stood still past its deadline: the gang restarts from its last
         checkpoint like a retryable failure, counted against backoffLimit."""
         said, resume = self._stall_detail(stall)
+        suspect = self._suspect_of_stall()
         self.progress_watch = None  # the next gang is watched anew
-        return self._restart_gang(REASON_STALLED, said, True, policy, resume=resume)
+        return self._restart_gang(
+            REASON_STALLED, said, True, policy, resume=resume, suspect=suspect
+        )
 
     def _restart_gang(
-        self, reason: str, why: str, counted: bool, policy: RunPolicy, *, resume: str = ""
+        self,
+        reason: str,
+        why: str,
+        counted: bool,
+        policy: RunPolicy,
+        *,
+        resume: str = "",
+        suspect: Suspect | None = None,
     ) -> Plan:
-        """Every pod goes; the next generation starts after the backoff. Past backoffLimit
-        (when `counted`) the job fails instead. `resume` names the checkpoint's step."""
+        """Every pod goes; the next generation starts after the backoff, off the node the
+        failure points at (`suspect`). Past backoffLimit (when `counted`) the job fails
+        instead. `resume` names the checkpoint's step."""
         if counted and self.counted_restarts >= policy.backoffLimit:
             return self._fail(
                 REASON_BACKOFF_LIMIT_EXCEEDED,
                 f"the gang failed again after {self.counted_restarts} restarts "
                 f"(backoffLimit {policy.backoffLimit}): {why}",
             )
+        self._avoid(suspect)
         self.restarts += 1
         if counted:
             self.counted_restarts += 1

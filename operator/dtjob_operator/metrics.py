@@ -28,6 +28,14 @@ class OperatorMetrics:
             ["namespace"],
             registry=self.registry,
         )
+        # A node label: bounded by the cluster's nodes, and what an admin needs to act on.
+        self.node_avoidances = Counter(
+            "dtjob_node_avoidances",
+            "Gang restarts that pointed at a node (a hardware fault, a lost node, the first "
+            "rank stopped in a stall): the job's next gangs keep off it for a time",
+            ["namespace", "node"],
+            registry=self.registry,
+        )
         self.pods_created = Counter(
             "dtjob_pods_created", "Pods created by the operator", registry=self.registry
         )

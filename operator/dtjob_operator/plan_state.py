@@ -14,7 +14,7 @@ from typing import Any
 
 from dtjob_api.spec import DistributedTrainingJobSpec, RunPolicy
 from dtjob_api.status import JobPhase
-from dtjob_operator.admission.placement import place
+from dtjob_operator.admission.placement import keep_off, place
 from dtjob_operator.builders import Job, Manifest, build_pods, build_support_objects, child_key
 from dtjob_operator.constants import (
     CONDITION_CHECKPOINT_STORAGE,
@@ -31,6 +31,7 @@ from dtjob_operator.constants import (
 )
 from dtjob_operator.envcontract import rank_layout
 from dtjob_operator.plan_types import Event, Observed, Plan
+from dtjob_operator.policies import node_blame
 from dtjob_operator.policies.checkpoint_storage import StorageVerdict, judge_checkpoint_storage
 from dtjob_operator.policies.create_errors import CONFLICT, CreateError
 from dtjob_operator.policies.deadline import deadline_of
@@ -83,6 +84,8 @@ class PlanState:
         # status.progressWatch (plan_stall.py): set only while Running, so any other
         # phase drops it and the next Running gang starts a new watch.
         self.progress_watch: dict[str, Any] | None = None
+        # status.avoidedNodes less the expired (plan_nodes.py): the next gangs keep off them.
+        self.avoided = node_blame.read(self.prior.get("avoidedNodes"), self.now)
         self._built: dict[int, list[Manifest]] = {}
 
     # -- helpers ---------------------------------------------------------------------------
@@ -172,8 +175,10 @@ class PlanState:
         existing = {name_of(p) for p in self.o.pods}
         missing = [m for m in self.gang_manifests() if m["metadata"]["name"] not in existing]
         placed = self.o.admission.placements
-        return [place(m, placed[m["metadata"]["name"]]) if m["metadata"]["name"] in placed
-                else m for m in missing]  # fmt: skip
+        avoided = node_blame.names(self.avoided)
+        return [keep_off(place(m, placed[m["metadata"]["name"]])
+                         if m["metadata"]["name"] in placed else m, avoided)
+                for m in missing]  # fmt: skip
 
     def _lost_with_node(self) -> set[str]:
         """Pods whose node is NotReady, Unknown, gone or out of service (a vanished member
@@ -270,6 +275,8 @@ class PlanState:
             status["elastic"] = self.elastic
         if self.progress_watch:
             status["progressWatch"] = self.progress_watch
+        if self.avoided:
+            status["avoidedNodes"] = [a.to_status() for a in self.avoided]
         return Plan(
             status=status,
             create=self.create,

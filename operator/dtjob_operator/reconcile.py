@@ -34,6 +34,7 @@ from dtjob_operator.constants import (
     CONDITION_ADMITTED,
     EVENT_WARNING,
     REASON_INVALID_SPEC,
+    REASON_NODE_AVOIDED,
     REASON_RECONCILE_ERROR,
     REASON_STALLED,
 )
@@ -326,6 +327,10 @@ class Reconciler:
                 self.metrics.restarts.labels(namespace=namespace).inc()
                 if any(e.reason == REASON_STALLED for e in plan.events):
                     self.metrics.stalls.labels(namespace=namespace).inc()
+                avoided = plan.status.get("avoidedNodes") or []
+                if avoided and any(e.reason == REASON_NODE_AVOIDED for e in plan.events):
+                    node = str(avoided[-1]["node"])  # the one named now (node_blame.avoid)
+                    self.metrics.node_avoidances.labels(namespace=namespace, node=node).inc()
         self.admission.after(backend, job, written, plan.status, bool(plan.delete_pods))
         for event in plan.events:
             self.api.emit_event(job, event.type, event.reason, event.message)

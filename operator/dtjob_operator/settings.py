@@ -90,6 +90,9 @@ class OperatorSettings(BaseSettings):
     force_delete_margin_seconds: float = Field(default=30.0, ge=0, le=3600)
     """A pod terminating on a lost node (NotReady, Unknown, gone, out-of-service) is
     force-deleted this long after its grace period ended (docs/lifecycle.md)."""
+    avoid_node_seconds: float = Field(default=3600.0, ge=0, le=7 * 86400)
+    """How long a job's next gangs keep off a node its stall or hardware fault pointed at
+    (docs/lifecycle.md, "Nodes that make gangs sick"); 0: never avoid."""
     resync_seconds: float = Field(default=10.0, gt=0, le=3600)
     """How often a job that waits for something unwatched (pods to vanish) is looked at."""
 

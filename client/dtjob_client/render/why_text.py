@@ -49,6 +49,8 @@ def format_why(why: Why) -> str:
         lines.append(why.progress)
     if why.ranks:
         lines.append(why.ranks)
+    if why.avoided:
+        lines.append(why.avoided)
     if why.requeues or why.preemptions:
         lines.append(
             f"re-queued {why.requeues} time(s) after a pods-ready timeout; "

@@ -37,6 +37,8 @@ class PodDemand:
     """The node an admission's placement pinned the pod to (its node affinity), if any."""
     host_ports: tuple[str, ...] = ()
     """The host ports it binds (resources.pod_host_ports): a node holds one such pod."""
+    avoid: frozenset[str] = frozenset()
+    """Nodes it must not go to: the job's avoided nodes, a template's own NotIn by name."""
 
 
 @dataclass
@@ -80,6 +82,8 @@ def tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Mapping[str, Any]
 def can_host(node: Node, pod: PodDemand, free: Mapping[str, int]) -> bool:
     """Pin, selector, taints and free resources all allow the pod on the node."""
     if pod.node_name is not None and pod.node_name != node.name:
+        return False
+    if node.name in pod.avoid:
         return False
     if any(node.labels.get(k) != v for k, v in pod.node_selector.items()):
         return False
@@ -138,7 +142,7 @@ def gang_shape(pods: Sequence[PodDemand]) -> GangShape:
             (
                 tuple(sorted(p.requests.items())),
                 tuple(sorted(p.node_selector.items())),
-                repr(p.tolerations),
+                repr((p.tolerations, sorted(p.avoid))),
             )
             for p in pods
         )

@@ -7,7 +7,7 @@ the placement into the pod it builds (plan_state._missing_pods) without knowing 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +53,49 @@ def pinned(affinity: Mapping[str, Any] | None, node: str) -> dict[str, Any]:
     node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = required
     out["nodeAffinity"] = node_affinity
     return out
+
+
+def avoiding(affinity: Mapping[str, Any] | None, nodes: Sequence[str]) -> dict[str, Any]:
+    """The pod's affinity with `nodes` excluded: a matchFields term `metadata.name NotIn`
+    ANDed into every required term the template has (terms are ORed), or the only term."""
+    out = dict(affinity or {})
+    node_affinity = dict(out.get("nodeAffinity") or {})
+    required = dict(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    keep_off = {"key": "metadata.name", "operator": "NotIn", "values": sorted(nodes)}
+    terms = [dict(t) for t in required.get("nodeSelectorTerms") or []] or [{}]
+    for term in terms:
+        term["matchFields"] = [*(term.get("matchFields") or []), keep_off]
+    required["nodeSelectorTerms"] = terms
+    node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = required
+    out["nodeAffinity"] = node_affinity
+    return out
+
+
+def keep_off(pod: dict[str, Any], nodes: Sequence[str]) -> dict[str, Any]:
+    """The pod kept off `nodes` (the job's avoided nodes, policies/node_blame.py). Not a pod
+    that Kueue places by topology (scheduling-gated): Kueue chose its host from a Workload
+    made before the avoidance, and a NotIn of that host would leave it unschedulable."""
+    spec = pod.get("spec") or {}
+    if not nodes or spec.get("schedulingGates"):
+        return pod
+    return {**pod, "spec": {**spec, "affinity": avoiding(spec.get("affinity"), nodes)}}
+
+
+def kept_off(spec: Mapping[str, Any]) -> frozenset[str]:
+    """The nodes a pod's required affinity excludes by name in every term (`avoiding`'s,
+    or the template's own): the built-in placement never puts it there."""
+    affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
+    required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    excluded: frozenset[str] | None = None
+    for term in required.get("nodeSelectorTerms") or []:
+        names = frozenset(
+            str(v)
+            for f in term.get("matchFields") or []
+            if f.get("key") == "metadata.name" and f.get("operator") == "NotIn"
+            for v in f.get("values") or []
+        )
+        excluded = names if excluded is None else excluded & names
+    return excluded or frozenset()
 
 
 def place(pod: dict[str, Any], placement: Placement) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from typing import Any
 
 from dtjob_api.status import TERMINAL_PHASES, JobPhase
 from dtjob_operator.admission.fit import Node, PodDemand, Quota
+from dtjob_operator.admission.placement import kept_off
 from dtjob_operator.admission.resources import (
     Resources,
     add,
@@ -140,6 +141,11 @@ def gang_pods(
         manifests = build_pods(parsed, restarts, settings)
     except (ValueError, KeyError, TypeError):
         return None
+    avoided = frozenset(
+        str(a["node"])
+        for a in (job.get("status") or {}).get("avoidedNodes") or []
+        if isinstance(a, dict) and a.get("node")
+    )
     result = []
     for m in manifests:
         spec = m["spec"]
@@ -148,6 +154,9 @@ def gang_pods(
             node_selector=dict(spec.get("nodeSelector") or {}),
             tolerations=tuple(spec.get("tolerations") or ()),
             host_ports=pod_host_ports(spec),
+            # The job's avoided nodes (its status; the planner adds the affinity to the
+            # pods when it creates them, plan_state._missing_pods) and the template's own.
+            avoid=kept_off(spec) | avoided,
         )
         result.append(GangPod(m["metadata"]["name"], demand, spec.get("priorityClassName")))
     return result

@@ -26,6 +26,7 @@ from dtjob_operator.constants import (
     REASON_PREEMPTED,
     REASON_RENDEZVOUS_TIMEOUT,
 )
+from dtjob_operator.policies.hardware import hardware_fault
 from dtjob_operator.policies.launcher_exit import LAUNCHER, child_exit, error_file_message
 from dtjob_operator.policies.pods import (
     Pod,
@@ -143,7 +144,8 @@ def is_invalid_config(failure: PodFailure, bundled_trainer: bool) -> bool:
 
 
 def is_retryable(failure: PodFailure, policy: RunPolicy) -> bool:
-    """ExitCode: listed codes first, then 1-127 permanent and 128+ retryable; a pod that
+    """ExitCode: listed codes first, then 1-127 permanent and 128+ retryable, and any code
+    with a hardware fault in the container's last words (hardware.py) retryable; a pod that
     failed without an exit code (evicted, node lost) is retryable. OnFailure: always
     retryable. Never: never."""
     restart = RestartPolicy(policy.restartPolicy)
@@ -158,7 +160,8 @@ def is_retryable(failure: PodFailure, policy: RunPolicy) -> bool:
         return False
     if code in (policy.retryableExitCodes or []):
         return True
-    return code >= 128
+    # A GPU or fabric fault in its last words: the node failed, not the program.
+    return code >= 128 or hardware_fault(failure.detail) is not None
 
 
 def judge_failures(pods: Iterable[Pod], policy: RunPolicy) -> FailureVerdict | None:
@@ -273,6 +276,8 @@ def _meaning(failure: PodFailure) -> str:
     assert code is not None
     if failure.reason == "OOMKilled":
         return "out of memory (OOMKilled)"
+    if hardware_fault(failure.detail) is not None:
+        return "a hardware fault (GPU or interconnect)"
     if code in EXIT_MEANINGS:
         return EXIT_MEANINGS[code]
     if code > 128:

@@ -27,16 +27,26 @@ def pod_of_rank(rank: int, pods: Sequence[Mapping[str, Any]]) -> Mapping[str, An
     return best[1] if best else None
 
 
-def blame(progress: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]]) -> str | None:
-    """`rank 3 (pod j-worker-3 on node gpu-7) stopped first, at step 1200, 612s ago, waiting
-    in all_reduce (...)`, or None when the trainer left no heartbeat summary."""
+def _first_behind(progress: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
     ranks = (progress or {}).get("ranks")
     behind = ranks.get("behind") if isinstance(ranks, Mapping) else None
     if not isinstance(behind, list) or not behind or not isinstance(behind[0], Mapping):
         return None
-    first = behind[0]
-    rank = _int(first.get("rank"))
-    if rank is None:
+    return behind[0]
+
+
+def first_stopped(progress: Mapping[str, Any] | None) -> int | None:
+    """The rank the heartbeat summary says stopped first; None without a summary."""
+    first = _first_behind(progress)
+    return _int(first.get("rank")) if first is not None else None
+
+
+def blame(progress: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]]) -> str | None:
+    """`rank 3 (pod j-worker-3 on node gpu-7) stopped first, at step 1200, 612s ago, waiting
+    in all_reduce (...)`, or None when the trainer left no heartbeat summary."""
+    first = _first_behind(progress)
+    rank = first_stopped(progress)
+    if first is None or rank is None:
         return None
     where = ""
     if (pod := pod_of_rank(rank, pods)) is not None:

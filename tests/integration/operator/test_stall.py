@@ -1,6 +1,8 @@
-"""Stall detection on the real control plane (issue 36; policies/stall.py). KWOK keeps the
-pods Running whatever happens, as a hung gang's pods are; the test writes what rank 0's
-trainer writes (the progress ConfigMap) and then stops writing, as a hung trainer does."""
+"""Sick gangs on the real control plane (issue 36): stall detection (policies/stall.py) and
+the nodes a restart points at (policies/node_blame.py). KWOK keeps the pods Running whatever
+happens, as a hung gang's pods are; the test writes what rank 0's trainer writes (the
+progress ConfigMap) and then stops writing, as a hung trainer does, and makes a container
+exit with a GPU fault in its last words, as a trainer on a failing GPU does."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from helpers.jobs import (
     wait_phase,
     wait_pods_running,
 )
-from helpers.kube import events_for, unique, wait_for
+from helpers.kube import EXIT_CODE, events_for, unique, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator")]
 DEADLINE = 10  # runPolicy.progressDeadlineSeconds' least value
@@ -97,3 +99,43 @@ def test_a_suspended_job_is_never_declared_stalled(cluster: Any, namespace: str)
     time.sleep(2 * DEADLINE)  # twice the deadline with no step: still no stall
     assert not events_for(cluster.core, ns, name, "Stalled")
     assert status(cluster.api, ns, name)["phase"] == "Suspended"
+
+
+XID = (
+    "RuntimeError: CUDA error: unspecified launch failure\n"
+    "NVRM: Xid 79, GPU has fallen off the bus."
+)
+
+
+def test_the_next_gang_keeps_off_the_node_of_a_gpu_fault(cluster: Any, namespace: str) -> None:
+    ns, name = namespace, unique("xid")
+    create_job(cluster.api, ns, _job(name))
+    pods = wait_pods_running(cluster.core, ns, name, 2)
+    wait_phase(cluster.api, ns, name, "Running")
+    sick = pods[1]
+    node = sick.spec.node_name
+    # Exit 1, permanent by default: the GPU fault in its last words makes it retryable.
+    cluster.core.patch_namespaced_pod(sick.metadata.name, ns, {"metadata": {"annotations": {
+        EXIT_CODE: "1", "dtjob.io/kwok-message": XID}}})  # fmt: skip
+    avoided = wait_for(lambda: events_for(cluster.core, ns, name, "NodeAvoided"), 60,
+                       what="a NodeAvoided event")  # fmt: skip
+    assert f"keep off node {node} until" in avoided[0].message, avoided[0].message
+    assert "Xid 79, GPU has fallen off the bus." in avoided[0].message
+    first = {p.metadata.uid for p in pods}
+    fresh = wait_for(
+        lambda: (
+            len(ps := job_pods(cluster.core, ns, name)) == 2
+            and not {p.metadata.uid for p in ps} & first
+            and all(p.status.phase == "Running" for p in ps)
+            and ps
+        ),
+        90, what="a new gang of two Running pods",
+    )  # fmt: skip
+    assert node not in {p.spec.node_name for p in fresh}, [p.spec.node_name for p in fresh]
+    st = wait_phase(cluster.api, ns, name, "Running")
+    assert [a["node"] for a in st["avoidedNodes"]] == [node], st
+    assert st["restarts"] == 1, st
+    for pod in fresh:  # kept off by the scheduler's rule too, not only by our placement
+        terms = pod.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution
+        fields = [f for t in terms.node_selector_terms for f in t.match_fields or []]
+        assert any(f.operator == "NotIn" and f.values == [node] for f in fields), fields

@@ -130,3 +130,18 @@ def test_why_names_a_straggler_and_a_stopped_rank_with_their_pods_and_nodes() ->
         explain(running(watch).job(), gang, [], [], NOW, {"ranks": calm})
     )
     assert "ranks:" not in format_why(explain(running(watch).job(), gang, [], [], NOW, None))
+
+
+def test_the_nodes_the_next_gangs_keep_off_are_named_with_why_and_until_when() -> None:
+    avoided = [{"node": "gpu-7", "until": "2026-03-01T11:30:00Z",
+                "reason": "pod bert-worker-3 failed with a hardware fault: Xid 79"}]  # fmt: skip
+    job = (
+        JobJson("bert").role("worker", 4, gpus=2)
+        .status(phase="Restarting", ready="0/4", avoidedNodes=avoided)
+    )  # fmt: skip
+    assert (
+        "avoided nodes: gpu-7 until 2026-03-01T11:30:00Z (pod bert-worker-3 failed with a "
+        "hardware fault: Xid 79)\n"
+    ) in said(job)
+    done = JobJson("bert").role("worker", 4, gpus=2).status(phase="Failed", avoidedNodes=avoided)
+    assert "avoided nodes" not in said(done)

@@ -393,3 +393,10 @@ def test_topology_levels_come_from_values_as_the_operator_reads_them(
         "topology.kubernetes.io/zone",
         "kubernetes.io/hostname",
     ]
+
+
+def test_avoid_node_seconds_comes_from_values_with_the_codes_default() -> None:
+    default = env(render())["DTJOB_AVOID_NODE_SECONDS"]
+    assert float(default) == OperatorSettings().avoid_node_seconds
+    off = env(render("avoidNodeSeconds=0"))["DTJOB_AVOID_NODE_SECONDS"]
+    assert OperatorSettings(avoid_node_seconds=off).avoid_node_seconds == 0

@@ -199,11 +199,17 @@ def test_template_rules_at_apply(root: dict[str, Any]) -> None:
     assert "/dev/shm" in reserved["rule"] and "/etc/dtjob" in reserved["rule"]
 
 
-def test_the_crd_fits_client_side_apply(generated: dict[str, Any]) -> None:
-    # `kubectl apply` (client side) copies the object into an annotation of at most
-    # 256 KiB; past it, only `kubectl apply --server-side` installs the CRD (docs/api.md).
+# The CRD is installed server-side or by the chart (docs/api.md, "Installing the CRD"): the
+# 256 KiB annotation of client-side `kubectl apply` no longer bounds it (it reached it at
+# 262,085 bytes of compact JSON, with the three roles' PodSpec schemas 72 % of it). The
+# API server takes up to 3 MiB a request and etcd 1.5 MiB an object; this budget is far
+# below both, so that growth is a decision, not an accident.
+CRD_BUDGET_BYTES = 300_000
+
+
+def test_the_crd_stays_within_its_budget(generated: dict[str, Any]) -> None:
     size = len(json.dumps(generated, separators=(",", ":")))
-    assert size < 262144, f"{size} bytes: too large for client-side kubectl apply"
+    assert size < CRD_BUDGET_BYTES, f"{size} bytes: over the CRD's budget (docs/api.md)"
 
 
 def test_optional_fields_are_nullable_and_required_ones_listed(root: dict[str, Any]) -> None:

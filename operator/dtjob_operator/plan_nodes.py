@@ -1,0 +1,38 @@
+"""The planner's step for sick nodes (issue 36; policies/node_blame.py): when a gang restart
+points at a node (lost with it, a hardware fault in its last words, the first-stopped rank
+of a stall), the job's next gangs keep off it for the operator's avoidNodeSeconds, and an
+Event says so. A mixin of the planner's toolkit; lifecycle.py calls it before a restart."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from dtjob_operator.constants import EVENT_WARNING, REASON_NODE_AVOIDED
+from dtjob_operator.plan_state import PlanState
+from dtjob_operator.policies import node_blame
+from dtjob_operator.policies.failure_policy import PodFailure
+from dtjob_operator.policies.times import format_time
+
+
+class NodeSteps(PlanState):
+    """Avoiding the node a restart points at."""
+
+    def _suspect_of_failure(self, failure: PodFailure) -> node_blame.Suspect | None:
+        pods: Sequence[Any] = [*self.o.pods, *self._gone_members()]
+        return node_blame.from_failure(failure, pods, self.o.lost_nodes)
+
+    def _suspect_of_stall(self) -> node_blame.Suspect | None:
+        return node_blame.from_stall(self.o.progress, self.gang or self.o.pods)
+
+    def _avoid(self, suspect: node_blame.Suspect | None) -> None:
+        seconds = self.settings.avoid_node_seconds
+        if suspect is None or seconds <= 0:
+            return
+        self.avoided = node_blame.avoid(self.avoided, suspect, self.now, seconds)
+        until = format_time(self.avoided[-1].until)
+        self._event(
+            EVENT_WARNING,
+            REASON_NODE_AVOIDED,
+            f"the job's next gangs keep off node {suspect.node} until {until}: {suspect.why}",
+        )

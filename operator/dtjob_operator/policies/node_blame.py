@@ -1,0 +1,110 @@
+"""Which node a gang's restart points at, and the nodes a job's next gangs avoid (issue 36,
+docs/lifecycle.md "Nodes that make gangs sick"). Pure.
+
+A restart names a node when the evidence is about the node, not the program:
+- its pod was lost with the node (NotReady, Unknown, gone, out of service);
+- the failed container's last words name a GPU or interconnect fault (hardware.py);
+- a stall whose first-stopped rank (the heartbeat summary, stall_blame) ran there.
+An ordinary exit code (a Python exception, OOMKilled, a lost peer) names no node: the
+program, not the machine, is the likely cause, and avoiding a healthy node only shrinks
+the room the gang can use.
+
+Each named node is avoided by the job's next gangs until `until` (the operator's
+avoidNodeSeconds after it was named): the pods get a required node affinity
+`metadata.name NotIn [...]` (builders/pod.py), which the scheduler, Kueue and the built-in
+placement all honour. At most MAX_AVOIDED nodes at once, the latest kept: a job on a small
+pool must not avoid its way out of every node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from dtjob_operator.policies.failure_policy import PodFailure
+from dtjob_operator.policies.hardware import hardware_fault
+from dtjob_operator.policies.pods import name_of, node_of
+from dtjob_operator.policies.stall_blame import first_stopped, pod_of_rank
+from dtjob_operator.policies.times import format_time, parse_time
+
+MAX_AVOIDED = 8
+WHY_LIMIT = 200  # characters of the reason kept in status
+
+
+@dataclass(frozen=True)
+class Suspect:
+    """A node a restart points at, and why, in words for the status and the Event."""
+
+    node: str
+    why: str
+
+
+@dataclass(frozen=True)
+class Avoided:
+    """status.avoidedNodes[]: a node the job's next gangs keep off, until when, and why."""
+
+    node: str
+    why: str
+    until: datetime
+
+    def to_status(self) -> dict[str, str]:
+        return {"node": self.node, "reason": self.why, "until": format_time(self.until)}
+
+
+def from_failure(
+    failure: PodFailure, pods: Sequence[Mapping[str, Any]], lost: Iterable[str]
+) -> Suspect | None:
+    """The node of the decisive failure's pod, when the node was lost or the container's
+    last words name a hardware fault; else None."""
+    pod = next((p for p in pods if name_of(p) == failure.pod), None)
+    node = node_of(pod) if pod is not None else None
+    if node is None:
+        return None
+    if node in set(lost):
+        return Suspect(node, f"pod {failure.pod} was lost with the node")
+    line = hardware_fault(failure.detail)
+    if line is None:
+        return None
+    return Suspect(node, f"pod {failure.pod} failed with a hardware fault: {line}"[:WHY_LIMIT])
+
+
+def from_stall(
+    progress: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]]
+) -> Suspect | None:
+    """The node of the rank that stopped first in a stall, when the trainer said which."""
+    rank = first_stopped(progress)
+    pod = pod_of_rank(rank, pods) if rank is not None else None
+    node = (pod.get("spec") or {}).get("nodeName") if pod is not None else None
+    if not node:
+        return None
+    return Suspect(str(node), f"rank {rank} (pod {name_of(pod or {})}) stopped first in a stall")
+
+
+def read(value: object, now: datetime) -> list[Avoided]:
+    """status.avoidedNodes, less what expired and what does not parse."""
+    kept = []
+    for item in value if isinstance(value, list) else []:
+        if not isinstance(item, Mapping):
+            continue
+        node, until = item.get("node"), parse_time(item.get("until"))
+        if isinstance(node, str) and node and until is not None and until > now:
+            kept.append(Avoided(node, str(item.get("reason") or ""), until))
+    return kept
+
+
+def avoid(
+    prior: Sequence[Avoided], suspect: Suspect | None, now: datetime, seconds: float
+) -> list[Avoided]:
+    """The avoided nodes after a restart that named `suspect` (None: unchanged). A node
+    named again is avoided anew from now; the oldest go past MAX_AVOIDED."""
+    if suspect is None or seconds <= 0:
+        return list(prior)
+    until = now.replace(microsecond=0) + timedelta(seconds=seconds)
+    kept = [a for a in prior if a.node != suspect.node]
+    return [*kept, Avoided(suspect.node, suspect.why, until)][-MAX_AVOIDED:]
+
+
+def names(avoided: Iterable[Avoided]) -> tuple[str, ...]:
+    return tuple(sorted({a.node for a in avoided}))

@@ -1,0 +1,161 @@
+"""Nodes that make gangs sick (policies/node_blame.py, plan_nodes.py): a restart that points
+at a node (a hardware fault in the failed container's last words, a node lost, the first-
+stopped rank of a stall) keeps the job's next gangs off it for a time; an ordinary failure
+points at nothing. The pods get a NotIn affinity, the built-in placement never uses the
+node, and the avoidance expires."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from unit.operator.builders import at, iso, pods
+from unit.operator.planning import DDP, RUNNING, SETTINGS, condition, ready, run, w
+
+from dtjob_operator.admission.fit import Node, PodDemand, can_host
+from dtjob_operator.admission.placement import avoiding, keep_off, kept_off
+from dtjob_operator.admission.seam import AdmissionVerdict
+from dtjob_operator.lifecycle import Observed, plan
+from dtjob_operator.policies import node_blame
+from dtjob_operator.policies.failure_policy import PodFailure
+
+XID = (
+    "Traceback...\nRuntimeError: CUDA error: unspecified launch failure\n"
+    "NVRM: Xid 79, GPU has fallen off the bus."
+)
+
+
+def _failure(detail: str | None, pod: str = "j-worker-1") -> PodFailure:
+    return PodFailure(pod, "trainer", 1, None, "Error", detail)
+
+
+def _pod(name: str, node: str) -> dict[str, object]:
+    return {"metadata": {"name": name}, "spec": {"nodeName": node}}
+
+
+FAULT = "pod j-worker-1 failed with a hardware fault: "
+IB = "ncclInternalError: NET/IB : Got completion from peer with error 12"
+ECC = "RuntimeError: uncorrectable ECC error encountered"
+
+
+@pytest.mark.parametrize(
+    ("detail", "lost", "why"),
+    [
+        (XID, set(), FAULT + "NVRM: Xid 79, GPU has fallen off the bus."),
+        (IB, set(), FAULT + IB),
+        (ECC, set(), FAULT + ECC),
+        (None, {"gpu-2"}, "pod j-worker-1 was lost with the node"),
+        ("ValueError: bad batch", set(), None),  # the program's fault, not the node's
+        ("torch.OutOfMemoryError: CUDA out of memory", set(), None),
+    ],
+)
+def test_a_failure_points_at_its_node_only_on_evidence_about_the_node(
+    detail: str | None, lost: set[str], why: str | None
+) -> None:
+    pods = [_pod("j-worker-0", "gpu-1"), _pod("j-worker-1", "gpu-2")]
+    suspect = node_blame.from_failure(_failure(detail), pods, lost)
+    assert suspect == (node_blame.Suspect("gpu-2", why) if why else None)
+
+
+def test_a_stall_points_at_the_node_of_the_rank_that_stopped_first() -> None:
+    pods = [
+        {"metadata": {"name": f"j-worker-{i}", "annotations": {"dtjob.io/rank": str(2 * i)}},
+         "spec": {"nodeName": f"gpu-{i}"}}
+        for i in range(2)
+    ]  # fmt: skip
+    progress = {"ranks": {"behind": [{"rank": 3, "step": 40}, {"rank": 0, "step": 41}]}}
+    assert node_blame.from_stall(progress, pods) == node_blame.Suspect(
+        "gpu-1", "rank 3 (pod j-worker-1) stopped first in a stall"
+    )
+    assert node_blame.from_stall({"step": 4}, pods) is None  # no heartbeat summary
+
+
+def test_avoidance_renews_keeps_the_latest_and_expires() -> None:
+    now = at(0)
+    avoided: list[node_blame.Avoided] = []
+    for i in range(node_blame.MAX_AVOIDED + 2):
+        avoided = node_blame.avoid(avoided, node_blame.Suspect(f"n{i}", "x"), now, 60)
+    assert [a.node for a in avoided] == [f"n{i}" for i in range(2, node_blame.MAX_AVOIDED + 2)]
+    later = now + timedelta(seconds=30)
+    avoided = node_blame.avoid(avoided, node_blame.Suspect("n2", "again"), later, 60)
+    assert avoided[-1] == node_blame.Avoided("n2", "again", later + timedelta(seconds=60))
+    status = [a.to_status() for a in avoided]
+    assert [a.node for a in node_blame.read(status, now + timedelta(seconds=61))] == ["n2"]
+    assert node_blame.read([{"node": 3}, "x", {"node": "n", "until": "soon"}], now) == []
+
+
+def test_the_pods_are_kept_off_by_a_notin_term_in_every_required_term() -> None:
+    own = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In",
+                                                     "values": ["a"]}]}, {}]}}}  # fmt: skip
+    out = avoiding(own, ["n2", "n1"])
+    terms = out["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    notin = {"key": "metadata.name", "operator": "NotIn", "values": ["n1", "n2"]}
+    assert [t["matchFields"] for t in terms["nodeSelectorTerms"]] == [[notin], [notin]]
+    assert terms["nodeSelectorTerms"][0]["matchExpressions"][0]["key"] == "zone"
+    assert kept_off(keep_off({"spec": {}}, ["n1", "n2"])["spec"]) == {"n1", "n2"}
+    gated = {"spec": {"schedulingGates": [{"name": "kueue.x-k8s.io/topology"}]}}
+    assert keep_off(gated, ["n1"]) == gated  # Kueue's topology placed it already
+    assert keep_off({"spec": {}}, []) == {"spec": {}}
+
+
+def test_the_built_in_placement_never_puts_a_pod_on_an_avoided_node() -> None:
+    node = Node("n1", {"nvidia.com/gpu": 8}, {"nvidia.com/gpu": 8})
+    pod = PodDemand(requests={"nvidia.com/gpu": 1})
+    assert can_host(node, pod, node.free)
+    assert not can_host(node, PodDemand(requests={"nvidia.com/gpu": 1}, avoid=frozenset({"n1"})),
+                        node.free)  # fmt: skip
+
+
+def test_a_hardware_fault_restarts_the_gang_off_its_node() -> None:
+    sick = w(1).failed(exit_code=1, finished_at=20, message=XID).on_node("gpu-2")
+    p = run(RUNNING, ready(0).on_node("gpu-1"), sick, now=20)
+    assert p.status["phase"] == "Restarting"
+    until = iso(20 + SETTINGS.avoid_node_seconds)
+    assert p.status["avoidedNodes"] == [{
+        "node": "gpu-2", "until": until,
+        "reason": f"pod j-worker-1 failed with a hardware fault: {XID.splitlines()[-1]}",
+    }]  # fmt: skip
+    # Exit code 1 is permanent by default, but not with a hardware fault in the last words.
+    assert (
+        "code 1 in container trainer: a hardware fault (GPU or interconnect) (retryable"
+        in (condition(p, "Restarting")["message"])
+    )
+    said = [e.message for e in p.events if e.reason == "NodeAvoided"]
+    assert said == [
+        f"the job's next gangs keep off node gpu-2 until {until}: pod j-worker-1 failed with a "
+        "hardware fault: NVRM: Xid 79, GPU has fallen off the bus."
+    ]
+    # The next gang's pods carry the NotIn term; once the avoidance expired, they do not.
+    job = DDP.copy().with_full_status(p.status)
+    nxt = run(job, now=20 + 15)
+    assert {m["metadata"]["name"] for m in nxt.create if m["kind"] == "Pod"} == {
+        "j-worker-0",
+        "j-worker-1",
+    }
+    for pod in (m for m in nxt.create if m["kind"] == "Pod"):
+        assert kept_off(pod["spec"]) == {"gpu-2"}
+    late = run(job, now=20 + SETTINGS.avoid_node_seconds + 1)
+    assert "avoidedNodes" not in late.status
+    assert all(not kept_off(m["spec"]) for m in late.create if m["kind"] == "Pod")
+
+
+def test_an_ordinary_failure_avoids_nothing() -> None:
+    # Retryable (a signal), but nothing in it points at the node.
+    p = run(RUNNING, ready(0).on_node("gpu-1"),
+            w(1).failed(exit_code=137, finished_at=20, message="KeyError: 'x'").on_node("gpu-2"),
+            now=20)  # fmt: skip
+    assert p.status["phase"] == "Restarting" and "avoidedNodes" not in p.status
+    assert not [e for e in p.events if e.reason == "NodeAvoided"]
+    assert condition(p, "Restarting")["reason"] == "PodFailedRetryable"
+
+
+def test_avoidance_off_when_the_operator_says_zero() -> None:
+    observed = Observed(
+        job=RUNNING.obj(), pods=pods(ready(0), w(1).failed(message=XID).on_node("gpu-2")),
+        children=frozenset(), progress=None, now=at(20),
+        admission=AdmissionVerdict(admitted=True),
+    )  # fmt: skip
+    off = SETTINGS.model_copy(update={"avoid_node_seconds": 0})
+    assert "avoidedNodes" not in plan(observed, off).status
+    assert plan(observed, SETTINGS).status["avoidedNodes"][0]["node"] == "gpu-2"
