@@ -359,6 +359,28 @@ class KubeApi:
         except ApiException as exc:
             log.warning("could not record event %s on %s: %s", reason, meta["name"], exc.reason)
 
+    def emit_node_event(self, node: Obj, event_type: str, reason: str, message: str) -> None:
+        """Record a core/v1 Event on a Node (`kubectl describe node` lists it). The API
+        server keeps a cluster-scoped object's Events in `default`: the operator needs
+        events create there (a cluster-wide install has it). Failures are logged, never
+        raised."""
+        meta = node["metadata"]
+        log.info("node %s: %s %s: %s", meta["name"], event_type, reason, message)
+        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": "default"},
+            "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": meta["name"],
+                               "uid": meta.get("uid", "")},
+            "type": event_type, "reason": reason, "message": message[:1024],
+            "source": {"component": "dtjob-operator"},
+            "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
+        }  # fmt: skip
+        try:
+            self.core.create_namespaced_event("default", cast(Any, body))
+        except ApiException as exc:
+            log.warning("could not record event %s on node %s: %s", reason, meta["name"],
+                        exc.reason)  # fmt: skip
+
 
 def versions(objects: Iterable[Mapping[str, Any]]) -> set[tuple[Any, Any]]:
     """(uid, resourceVersion) of each object: two lists with the same set show the same

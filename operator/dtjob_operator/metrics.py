@@ -36,6 +36,11 @@ class OperatorMetrics:
             ["namespace", "node"],
             registry=self.registry,
         )
+        self.suspect_nodes = Gauge(
+            "dtjob_suspect_nodes",
+            "Nodes every job keeps off: named by restarts of several jobs (suspectNodeJobs)",
+            registry=self.registry,
+        )
         self.pods_created = Counter(
             "dtjob_pods_created", "Pods created by the operator", registry=self.registry
         )

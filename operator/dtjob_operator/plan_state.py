@@ -175,7 +175,7 @@ class PlanState:
         existing = {name_of(p) for p in self.o.pods}
         missing = [m for m in self.gang_manifests() if m["metadata"]["name"] not in existing]
         placed = self.o.admission.placements
-        avoided = node_blame.names(self.avoided)
+        avoided = sorted({*node_blame.names(self.avoided), *self.o.suspect_nodes})
         return [keep_off(place(m, placed[m["metadata"]["name"]])
                          if m["metadata"]["name"] in placed else m, avoided)
                 for m in missing]  # fmt: skip

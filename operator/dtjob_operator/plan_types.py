@@ -39,6 +39,8 @@ class Observed:
     """The PersistentVolumeClaim spec.checkpoint.claimName names, as the API returns it;
     None when the job names none or the claim does not exist."""
     lost_nodes: Set[str] = frozenset()
+    suspect_nodes: Set[str] = frozenset()
+    """Nodes every job keeps off (suspects.py): the next pods get a NotIn affinity."""
     """Names of the nodes the job's pods are on that are NotReady, Unknown, gone, or tainted
     node.kubernetes.io/out-of-service: no kubelet there will confirm a pod's end."""
     pod_events: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)

@@ -50,6 +50,7 @@ from dtjob_operator.policies.too_deep import too_deep_message, too_deep_path, to
 from dtjob_operator.settings import OperatorSettings
 from dtjob_operator.stall_stacks import keep_stall_stacks
 from dtjob_operator.status import admitted_condition, admitted_in, read_progress, status_patch
+from dtjob_operator.suspects import REASON_SUSPECT, SuspectNodes
 from dtjob_operator.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
@@ -122,6 +123,14 @@ class Reconciler:
         self._pool = ThreadPoolExecutor(max_workers=settings.api_concurrency)
         self.children = ChildCreator(api, metrics, self._pool, self.kill_points)
         self.pod_reads = PodReads(api, self.caches, self._pool)
+        # Nodes every job keeps off: several jobs' restarts pointed at them (suspects.py).
+        self.suspects = SuspectNodes(
+            settings.suspect_node_jobs,
+            lambda: self.caches.list_jobs(settings.namespaces or None),
+            self.caches.list_nodes,
+            lambda node, said: api.emit_node_event(node, "Warning", REASON_SUSPECT, said),
+            metrics.suspect_nodes.set,
+        )
 
     # -- worker threads ---------------------------------------------------------------
 
@@ -284,6 +293,7 @@ class Reconciler:
             checkpoint_claim=self.api.get_pvc(namespace, claim_name) if claim_name else None,
             pod_events=self.pod_reads.events(job, pods),
             admission=verdict,
+            suspect_nodes=self.suspects.current(),
         )
         plan = lifecycle.plan(observed, self.settings)
 

@@ -93,6 +93,9 @@ class OperatorSettings(BaseSettings):
     avoid_node_seconds: float = Field(default=3600.0, ge=0, le=7 * 86400)
     """How long a job's next gangs keep off a node its stall or hardware fault pointed at
     (docs/lifecycle.md, "Nodes that make gangs sick"); 0: never avoid."""
+    suspect_node_jobs: int = Field(default=2, ge=0, le=100)
+    """A node that this many different jobs avoid at once (each for a restart that pointed
+    at it) is avoided by every job until those avoidances expire; 0: only by those jobs."""
     resync_seconds: float = Field(default=10.0, gt=0, le=3600)
     """How often a job that waits for something unwatched (pods to vanish) is looked at."""
 

@@ -37,6 +37,7 @@ from dtjob_operator.api_client import is_transport_error
 from dtjob_operator.builders.job import elastic_size
 from dtjob_operator.k8s import KubeApi, versions
 from dtjob_operator.metrics import OperatorMetrics
+from dtjob_operator.policies.node_blame import cluster_suspects
 from dtjob_operator.policies.times import parse_time
 from dtjob_operator.policies.too_deep import too_deep_path
 from dtjob_operator.settings import OperatorSettings
@@ -177,14 +178,17 @@ class AdmissionController:
         # counted as reserved; see decide.py); a quota event is checked (_quotas_moved).
         namespaces = self.settings.namespaces or None
         fresh, self._fresh_jobs = self._fresh_jobs, False
-        jobs = list(self.api.list_jobs(namespaces) if fresh else self.reads.list_jobs(namespaces))
-        jobs = [j for j in jobs if self.owns(j)]
+        every = list(self.api.list_jobs(namespaces) if fresh else self.reads.list_jobs(namespaces))
+        jobs = [j for j in every if self.owns(j)]
         live = {j["metadata"]["uid"] for j in jobs}
         self._gangs = {k: v for k, v in self._gangs.items() if k[0] in live}
+        # Nodes several jobs' restarts pointed at (whoever admitted those jobs) are no room
+        # for any gang (policies/node_blame.py, suspects.py).
+        suspects = cluster_suspects(every, datetime.now(UTC), self.settings.suspect_node_jobs)
         return {
             "jobs": jobs,
             "pods": list(self.reads.list_all_pods()),
-            "nodes": list(self.reads.list_nodes()),
+            "nodes": [n for n in self.reads.list_nodes() if n["metadata"]["name"] not in suspects],
             "quotas": list(self.reads.list_resource_quotas()),
             "priority_classes": list(self.reads.list_priority_classes()),
         }

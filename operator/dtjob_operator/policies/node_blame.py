@@ -108,3 +108,23 @@ def avoid(
 
 def names(avoided: Iterable[Avoided]) -> tuple[str, ...]:
     return tuple(sorted({a.node for a in avoided}))
+
+
+def cluster_suspects(
+    jobs: Iterable[Mapping[str, Any]], now: datetime, min_jobs: int
+) -> dict[str, tuple[str, ...]]:
+    """Nodes that the unexpired avoidances of at least `min_jobs` different jobs name (each
+    job's status.avoidedNodes), with those jobs (`namespace/name`, sorted): every job keeps
+    off them, not only those whose gangs they made sick. {} when `min_jobs` is 0 (off)."""
+    if min_jobs <= 0:
+        return {}
+    named: dict[str, set[str]] = {}
+    for job in jobs:
+        entries = (job.get("status") or {}).get("avoidedNodes")
+        if not entries:  # nearly every job: the scan costs a dict lookup each
+            continue
+        meta = job.get("metadata") or {}
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        for avoided in read(entries, now):
+            named.setdefault(avoided.node, set()).add(key)
+    return {n: tuple(sorted(keys)) for n, keys in sorted(named.items()) if len(keys) >= min_jobs}

@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 import pytest
+from kubernetes import client
 
 from helpers.jobs import (
     JobBuilder,
@@ -139,3 +140,54 @@ def test_the_next_gang_keeps_off_the_node_of_a_gpu_fault(cluster: Any, namespace
         terms = pod.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution
         fields = [f for t in terms.node_selector_terms for f in t.match_fields or []]
         assert any(f.operator == "NotIn" and f.values == [node] for f in fields), fields
+
+
+def _avoiding(cluster: Any, node: str) -> list[str]:
+    """Jobs of any namespace whose status avoids `node`."""
+    jobs = client.CustomObjectsApi(cluster.api).list_cluster_custom_object(
+        "dtjob.io", "v1alpha1", "distributedtrainingjobs")["items"]  # fmt: skip
+    return [
+        j["metadata"]["name"] for j in jobs
+        if any(a.get("node") == node for a in (j.get("status") or {}).get("avoidedNodes") or [])
+    ]  # fmt: skip
+
+
+def _fail_with_xid(cluster: Any, ns: str, name: str) -> str:
+    """The job's single pod exits with a GPU fault once Running; the node it was on."""
+    (pod,) = wait_pods_running(cluster.core, ns, name, 1)
+    cluster.core.patch_namespaced_pod(pod.metadata.name, ns, {"metadata": {"annotations": {
+        EXIT_CODE: "1", "dtjob.io/kwok-message": XID}}})  # fmt: skip
+    wait_for(lambda: events_for(cluster.core, ns, name, "NodeAvoided"), 60,
+             what=f"{name}'s NodeAvoided event")  # fmt: skip
+    return str(pod.spec.node_name)
+
+
+def test_a_node_two_jobs_avoid_is_kept_off_by_every_job(cluster: Any, namespace: str) -> None:
+    # Two jobs held to one node by their templates' nodeSelector fail there with a GPU fault:
+    # the node becomes suspect for every job, a third job's included.
+    ns = namespace
+    node = sorted(n.metadata.name for n in cluster.core.list_node(
+        label_selector="type=kwok,nvidia.com/gpu.present=true").items)[0]  # fmt: skip
+    held = {"spec": {"nodeSelector": {"kubernetes.io/hostname": node}}}
+    # An earlier test's job (its namespace going) may still avoid the node: wait it out.
+    wait_for(lambda: not _avoiding(cluster, node), 90, what=f"no job avoiding {node}")
+    first, second, third = unique("xa"), unique("xb"), unique("xc")
+    for name in (first, second):
+        create_job(cluster.api, ns, JobBuilder(name).strategy("DataParallel")
+                   .role("worker", 1, gpus=1, template=held).build())  # fmt: skip
+        assert _fail_with_xid(cluster, ns, name) == node
+    told = wait_for(
+        lambda: [e for e in cluster.core.list_event_for_all_namespaces(
+            field_selector=f"involvedObject.kind=Node,involvedObject.name={node}").items
+            if e.reason == "SuspectNode" and f"{ns}/{first}" in e.message],
+        60, what=f"a SuspectNode event on node {node}",
+    )  # fmt: skip
+    assert f"restarts of 2 jobs pointed at it ({ns}/{first}, {ns}/{second})" in told[0].message
+    create_job(cluster.api, ns, JobBuilder(third).strategy("DataParallel")
+               .role("worker", 1, gpus=1).build())  # fmt: skip
+    (pod,) = wait_pods_running(cluster.core, ns, third, 1)
+    assert pod.spec.node_name != node
+    terms = pod.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution
+    fields = [f for t in terms.node_selector_terms for f in t.match_fields or []]
+    assert any(f.operator == "NotIn" and node in f.values for f in fields), fields
+    assert "avoidedNodes" not in status(cluster.api, ns, third)  # not its own avoidance

@@ -159,3 +159,56 @@ def test_avoidance_off_when_the_operator_says_zero() -> None:
     off = SETTINGS.model_copy(update={"avoid_node_seconds": 0})
     assert "avoidedNodes" not in plan(observed, off).status
     assert plan(observed, SETTINGS).status["avoidedNodes"][0]["node"] == "gpu-2"
+
+
+def _job_avoiding(name: str, *nodes: str, until: float = 600) -> dict[str, object]:
+    entries = [{"node": n, "reason": "x", "until": iso(until)} for n in nodes]
+    return {"metadata": {"namespace": "team", "name": name}, "status": {"avoidedNodes": entries}}
+
+
+def test_a_node_that_several_jobs_avoid_is_kept_off_by_every_job() -> None:
+    jobs = [
+        _job_avoiding("a", "n1", "n2"),
+        _job_avoiding("b", "n1"),
+        _job_avoiding("c", "n2", until=-1),  # expired: counts for nothing
+        {"metadata": {"namespace": "team", "name": "d"}},
+    ]
+    assert node_blame.cluster_suspects(jobs, at(0), 2) == {"n1": ("team/a", "team/b")}
+    assert node_blame.cluster_suspects(jobs, at(0), 1) == {
+        "n1": ("team/a", "team/b"), "n2": ("team/a",)
+    }  # fmt: skip
+    assert node_blame.cluster_suspects(jobs, at(0), 0) == {}  # off
+
+
+def test_suspect_nodes_are_announced_once_and_counted() -> None:
+    from datetime import UTC, datetime
+
+    from dtjob_operator import suspects
+
+    later = (datetime.now(UTC) - at(0)).total_seconds() + 3600  # SuspectNodes reads the clock
+    jobs = [_job_avoiding("a", "n1", until=later), _job_avoiding("b", "n1", until=later)]
+    said: list[tuple[str, str]] = []
+    counts: list[int] = []
+    watch = suspects.SuspectNodes(
+        2, lambda: jobs, lambda: [{"metadata": {"name": "n1", "uid": "u1"}}],
+        lambda node, msg: said.append((node["metadata"]["uid"], msg)), counts.append,
+    )  # fmt: skip
+    assert watch.current() == {"n1"}
+    watch._at = float("-inf")  # as if REFRESH_SECONDS passed
+    assert watch.current() == {"n1"}
+    assert said == [(
+        "u1",
+        "every dtjob job keeps off this node: restarts of 2 jobs pointed at it (team/a, "
+        "team/b); see their avoidedNodes for why",
+    )]  # fmt: skip
+    assert counts == [1, 1]
+    assert suspects.SuspectNodes(0, lambda: jobs, list, print, print).current() == frozenset()
+
+
+def test_the_next_pods_keep_off_the_suspect_nodes_too() -> None:
+    observed = Observed(
+        job=DDP.obj(), pods=[], children=frozenset(), progress=None, now=at(0),
+        admission=AdmissionVerdict(admitted=True), suspect_nodes=frozenset({"n9"}),
+    )  # fmt: skip
+    made = [m for m in plan(observed, SETTINGS).create if m["kind"] == "Pod"]
+    assert made and all(kept_off(m["spec"]) == {"n9"} for m in made)
