@@ -124,6 +124,40 @@ class AvoidedNode(ApiModel):
     """When it may be used again."""
 
 
+class GpuSeconds(ApiModel):
+    """GPU-seconds per bucket (dtjob_api/goodput.py)."""
+
+    training: int | None = None
+    """Running, less what restarts threw away: the goodput."""
+    queued: int | None = None
+    """Pending, Queued or Suspended."""
+    starting: int | None = None
+    """Starting."""
+    restarting: int | None = None
+    """Restarting after a failure or stall."""
+    resizing: int | None = None
+    """Restarting for a resize."""
+    lostWork: int | None = None
+    """Steps since the last checkpoint, lost by a restart."""
+    stalled: int | None = None
+    """Step stood still before a stall."""
+
+
+class Goodput(ApiModel):
+    """Where the job's GPU time went; the open segment is since/phase/gpus."""
+
+    gpuSeconds: GpuSeconds | None = None
+    """Closed segments, per bucket."""
+    since: str | None = None
+    """Open segment's start."""
+    phase: str | None = None
+    """Open segment's phase."""
+    gpus: int | None = None
+    """Open segment's GPUs."""
+    resizing: bool | None = None
+    """Open segment is a resize."""
+
+
 class AdmissionBackendName(StrEnum):
     """Who decides that a job's gang may start (docs/admission.md, "Admission backends")."""
 
@@ -200,6 +234,8 @@ class DistributedTrainingJobStatus(ApiModel):
     """Training progress from rank 0."""
     progressWatch: ProgressWatch | None = None
     """While Running: the stall watch."""
+    goodput: Goodput | None = None
+    """GPU time per bucket: training (goodput) and what was lost, by cause."""
     avoidedNodes: list[AvoidedNode] | None = Field(default=None, max_length=8)
     """Nodes a stall or a hardware fault pointed at, kept off by the next gangs for a time."""
     observedGeneration: int | None = None

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from dtjob_api import GROUP, KIND, VERSION
 from dtjob_api.errors import FieldError
+from dtjob_api.goodput import gpus_of
 from dtjob_api.spec import DistributedTrainingJobSpec
 from dtjob_api.status import DistributedTrainingJobStatus
 from dtjob_api.validation import validate_job
@@ -63,19 +64,6 @@ class Job:
     def gpus(self) -> int:
         """GPUs (of any vendor or MIG profile) the whole gang asks for, from the spec."""
         return gpus_of(self.spec) if self.spec is not None else 0
-
-
-def gpus_of(spec: DistributedTrainingJobSpec) -> int:
-    """Sum of gpus x replicas over the roles (stage groups counted one by one)."""
-    total = 0
-    for role in (spec.roles.worker, spec.roles.ps):
-        if role is not None:
-            total += role.gpus * role.replicas
-    stage = spec.roles.stage
-    if stage is not None:
-        groups = stage.groups or []
-        total += sum(g.gpus * g.replicas for g in groups) if groups else stage.gpus * stage.replicas
-    return total
 
 
 def lenient(model: type[M], data: Mapping[str, Any]) -> M | None:

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
+from dtjob_api.goodput import Ledger, summary, totals
 from dtjob_api.spec import StallPolicy
 from dtjob_api.status import REASON_STALLED
 from dtjob_client.jobs import Job, parse_time
@@ -75,6 +76,19 @@ def progress_note(job: Job, now: datetime | None) -> str | None:
     if watch.since != watch.lastMoveTime:
         how += f", counted from {_ago(watch.since, now)}s ago, after a pause"
     return f"{head} (stall deadline {watch.deadlineSeconds}s{how})"
+
+
+def spent(job: Job, now: datetime | None) -> dict[str, float]:
+    """The job's GPU-seconds per goodput bucket, its open segment counted up to `now`."""
+    ledger = job.status.goodput
+    if ledger is None:
+        return {}
+    return totals(Ledger.from_status(ledger.model_dump(exclude_none=True)), now)
+
+
+def goodput_note(job: Job, now: datetime | None) -> str | None:
+    """`goodput 82% of 120.5 GPU-hours; lost: queued 10%, lostWork 5%` (dtjob_api/goodput)."""
+    return summary(spent(job, now))
 
 
 def avoided_note(job: Job) -> str | None:

@@ -18,7 +18,13 @@ from dtjob_api.contract import DOMAIN, TRAINER_CONTAINER
 from dtjob_api.status import REASON_STALLED
 from dtjob_client.growth import growth_note
 from dtjob_client.jobs import Job
-from dtjob_client.stalls import avoided_note, progress_note, ranks_note, stall_note
+from dtjob_client.stalls import (
+    avoided_note,
+    goodput_note,
+    progress_note,
+    ranks_note,
+    stall_note,
+)
 
 LABEL_ROLE = f"{DOMAIN}/role"
 LABEL_ROLE_INDEX = f"{DOMAIN}/role-index"
@@ -109,6 +115,8 @@ class Why:
     """Stragglers and ranks that stopped stepping, from the trainer's heartbeats."""
     avoided: str | None = None
     """The nodes the job's next gangs keep off, until when and why (status.avoidedNodes)."""
+    goodput: str | None = None
+    """Where the job's GPU time went: training (goodput) and what was lost, by cause."""
 
 
 def explain(
@@ -158,6 +166,7 @@ def explain(
         progress=progress_note(job, now),
         ranks=ranks_note(job, reported, gang),
         avoided=avoided_note(job),
+        goodput=goodput_note(job, now),
     )
 
 

@@ -328,8 +328,9 @@ class _Planner(ElasticSteps, StallSteps, NodeSteps):
         suspect = self._suspect_of_stall()
         self.progress_watch = None  # the next gang is watched anew
         return self._restart_gang(
-            REASON_STALLED, said, True, policy, resume=resume, suspect=suspect
-        )
+            REASON_STALLED, said, True, policy, resume=resume, suspect=suspect,
+            stalled=stall.still_seconds,
+        )  # fmt: skip
 
     def _restart_gang(
         self,
@@ -340,6 +341,7 @@ class _Planner(ElasticSteps, StallSteps, NodeSteps):
         *,
         resume: str = "",
         suspect: Suspect | None = None,
+        stalled: float = 0.0,
     ) -> Plan:
         """Every pod goes; the next generation starts after the backoff, off the node the
         failure points at (`suspect`). Past backoffLimit (when `counted`) the job fails
@@ -351,6 +353,7 @@ class _Planner(ElasticSteps, StallSteps, NodeSteps):
                 f"(backoffLimit {policy.backoffLimit}): {why}",
             )
         self._avoid(suspect)
+        self._note_restart_loss(stalled)
         self.restarts += 1
         if counted:
             self.counted_restarts += 1

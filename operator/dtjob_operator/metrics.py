@@ -36,6 +36,15 @@ class OperatorMetrics:
             ["namespace", "node"],
             registry=self.registry,
         )
+        # Goodput (dtjob_api/goodput.py): a job's GPU time by bucket, counted when the
+        # ledger closes a segment (a phase change), per namespace and Kueue queue.
+        self.gpu_seconds = Counter(
+            "dtjob_gpu_seconds",
+            "GPU-seconds of jobs by bucket: training (goodput), queued, starting, "
+            "restarting, resizing, lostWork (steps since the checkpoint), stalled",
+            ["namespace", "queue", "bucket"],
+            registry=self.registry,
+        )
         self.suspect_nodes = Gauge(
             "dtjob_suspect_nodes",
             "Nodes every job keeps off: named by restarts of several jobs (suspectNodeJobs)",

@@ -43,6 +43,7 @@ class ElasticSteps(PlanState):
         worker = self.spec.roles.worker if self.spec else None
         was = worker.replicas if worker else 0
         message = f"{why}: the gang restarts with {size} workers (was {was}) from its checkpoint"
+        self._note_restart_loss(resize=True)
         self.restarts += 1  # a new generation of pods; countedRestarts stays
         self.elastic.update(
             replicas=size,

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from dtjob_api.goodput import Ledger, gpus_of
 from dtjob_api.spec import DistributedTrainingJobSpec, RunPolicy
 from dtjob_api.status import JobPhase
 from dtjob_operator.admission.placement import keep_off, place
@@ -36,6 +37,7 @@ from dtjob_operator.policies.checkpoint_storage import StorageVerdict, judge_che
 from dtjob_operator.policies.create_errors import CONFLICT, CreateError
 from dtjob_operator.policies.deadline import deadline_of
 from dtjob_operator.policies.finished import lenient_run_policy
+from dtjob_operator.policies.goodput import Restart, advance, lost_work
 from dtjob_operator.policies.nodes import force_deletes, vanished_members
 from dtjob_operator.policies.pods import Pod, name_of, node_of
 from dtjob_operator.policies.times import parse_time, seconds_until
@@ -86,9 +88,20 @@ class PlanState:
         self.progress_watch: dict[str, Any] | None = None
         # status.avoidedNodes less the expired (plan_nodes.py): the next gangs keep off them.
         self.avoided = node_blame.read(self.prior.get("avoidedNodes"), self.now)
+        # What a gang restart of this pass threw away, for the goodput ledger (goodput.py).
+        self.restart_loss: Restart | None = None
         self._built: dict[int, list[Manifest]] = {}
 
     # -- helpers ---------------------------------------------------------------------------
+
+    def _note_restart_loss(self, stalled: float = 0.0, resize: bool = False) -> None:
+        """What this pass's gang restart throws away, for the goodput ledger: the steps
+        since the last checkpoint (none for a resize: it checkpoints first), and the time
+        the step stood still before a stall."""
+        progress = self.o.progress or self.prior.get("progress")
+        sps = (self.prior.get("progressWatch") or {}).get("secondsPerStep")
+        lost = 0.0 if resize else lost_work(progress, sps)
+        self.restart_loss = Restart(lost_work=lost, stalled=stalled, resize=resize)
 
     def _say_create_retry(self, error: CreateError) -> None:
         """A transient refusal: the job keeps its phase and says why it is not running;
@@ -277,12 +290,22 @@ class PlanState:
             status["progressWatch"] = self.progress_watch
         if self.avoided:
             status["avoidedNodes"] = [a.to_status() for a in self.avoided]
+        ledger, added = advance(
+            Ledger.from_status(self.prior.get("goodput")),
+            self.phase,
+            gpus_of(self.spec) if self.spec is not None else 0,
+            self.now,
+            self.restart_loss,
+        )
+        if ledger.seconds or ledger.since:
+            status["goodput"] = ledger.to_status()
         return Plan(
             status=status,
             create=self.create,
             delete_pods=sorted(self.delete),
             force_delete_pods=force,
             events=self.events,
+            gpu_seconds=added,
             requeue_after=min(self.requeue) if self.requeue else None,
         )
 

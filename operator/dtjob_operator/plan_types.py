@@ -81,6 +81,8 @@ class Plan:
     delete_job: bool = False
     """The finished job's TTL has passed: delete it (its children go with it)."""
     events: list[Event] = field(default_factory=list)
+    gpu_seconds: dict[str, float] = field(default_factory=dict)
+    """GPU-seconds this pass closed into the goodput ledger, per bucket (the counters)."""
     requeue_after: float | None = None
     """Seconds until a time-based transition (backoff, deadline, TTL) or the next periodic
     look; None when only a watch event can change anything."""

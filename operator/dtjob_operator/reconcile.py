@@ -33,6 +33,7 @@ from dtjob_operator.children import ChildCreator
 from dtjob_operator.constants import (
     CONDITION_ADMITTED,
     EVENT_WARNING,
+    KUEUE_QUEUE_LABEL,
     REASON_INVALID_SPEC,
     REASON_NODE_AVOIDED,
     REASON_RECONCILE_ERROR,
@@ -341,6 +342,10 @@ class Reconciler:
                 if avoided and any(e.reason == REASON_NODE_AVOIDED for e in plan.events):
                     node = str(avoided[-1]["node"])  # the one named now (node_blame.avoid)
                     self.metrics.node_avoidances.labels(namespace=namespace, node=node).inc()
+        if plan.gpu_seconds:
+            queue = ((job.get("metadata") or {}).get("labels") or {}).get(KUEUE_QUEUE_LABEL, "")
+            for bucket, seconds in plan.gpu_seconds.items():
+                self.metrics.gpu_seconds.labels(namespace, queue, bucket).inc(seconds)
         self.admission.after(backend, job, written, plan.status, bool(plan.delete_pods))
         for event in plan.events:
             self.api.emit_event(job, event.type, event.reason, event.message)

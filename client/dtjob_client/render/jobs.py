@@ -6,8 +6,10 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
+from dtjob_api.goodput import summary as goodput_summary
 from dtjob_client.jobs import Job
 from dtjob_client.render.units import NONE, age, eta, number, rate, table
+from dtjob_client.stalls import spent
 
 COLUMNS = ("NAME", "STRATEGY", "PHASE", "STEP/TOTAL", "LOSS", "SAMPLES/S", "ETA", "GPUS")
 WIDE = ("READY", "QUEUE", "RESTARTS", "REASON", "DOMAIN", "SIZE", "AGE")
@@ -92,6 +94,12 @@ def format_top(
     summary = ", ".join(f"{n} {phase}" for phase, n in sorted(phases.items()))
     busy = sum(j.gpus for j in jobs if j.status.phase in ("Running", "Restarting", "Starting"))
     head = f"{len(jobs)} jobs ({summary or 'none'}); {busy} GPUs in started gangs"
+    used: dict[str, float] = {}
+    for j in jobs:
+        for bucket, seconds in spent(j, now).items():
+            used[bucket] = used.get(bucket, 0.0) + seconds
+    if said := goodput_summary(used):  # where these jobs' GPU time went
+        head += f"\n{said}"
 
     def key(j: Job) -> tuple[int, float, str, str]:
         p = j.status.progress

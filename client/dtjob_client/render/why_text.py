@@ -51,6 +51,8 @@ def format_why(why: Why) -> str:
         lines.append(why.ranks)
     if why.avoided:
         lines.append(why.avoided)
+    if why.goodput:
+        lines.append(why.goodput)
     if why.requeues or why.preemptions:
         lines.append(
             f"re-queued {why.requeues} time(s) after a pods-ready timeout; "

@@ -232,3 +232,13 @@ def test_why_says_what_a_running_elastic_job_waits_for_to_grow() -> None:
         "runs at 2 of at most 4 workers, as Kueue admitted it (partial admission); it keeps "
         "that size until Kueue evicts it and admits it again"
     ) in said(kueue.job())
+
+
+def test_top_says_where_the_listed_jobs_gpu_time_went() -> None:
+    spent = {"gpuSeconds": {"training": 3600, "restarting": 400}}
+    jobs = [
+        JobJson(n).role("worker", 1, gpus=1).status(phase="Succeeded", goodput=spent).job()
+        for n in ("a", "b")
+    ]
+    lines = format_top(jobs, NOW).splitlines()
+    assert lines[1] == "goodput 90% of 2.2 GPU-hours; lost: restarting 10%"

@@ -145,3 +145,14 @@ def test_the_nodes_the_next_gangs_keep_off_are_named_with_why_and_until_when() -
     ) in said(job)
     done = JobJson("bert").role("worker", 4, gpus=2).status(phase="Failed", avoidedNodes=avoided)
     assert "avoided nodes" not in said(done)
+
+
+def test_where_the_gpu_time_went_is_said_with_the_open_segment_counted_to_now() -> None:
+    ledger = {"gpuSeconds": {"training": 7200, "queued": 1800, "lostWork": 900},
+              "since": "2026-03-01T10:29:00Z", "phase": "Running", "gpus": 8}  # fmt: skip
+    job = (
+        JobJson("bert").role("worker", 4, gpus=2)
+        .status(phase="Running", ready="4/4", goodput=ledger)
+    )  # fmt: skip
+    # 60 s x 8 GPUs more of training up to NOW (10:30): 7680 of 10380 GPU-seconds.
+    assert "goodput 74% of 2.9 GPU-hours; lost: queued 17%, lostWork 9%\n" in said(job)
