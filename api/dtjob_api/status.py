@@ -111,6 +111,8 @@ class ProgressWatch(ApiModel):
     """Learned seconds per step."""
     deadlineSeconds: int | None = None
     """Stall deadline in force."""
+    straggler: int | None = None
+    """Slowest straggling rank now."""
 
 
 class AvoidedNode(ApiModel):

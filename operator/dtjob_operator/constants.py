@@ -125,6 +125,7 @@ REASON_DISRUPTED: Final = "Disrupted"
 # CLI reads it too, so it is spelled once in dtjob_api.
 REASON_STALLED: Final = _REASON_STALLED
 REASON_NODE_AVOIDED: Final = "NodeAvoided"
+REASON_STRAGGLER: Final = "Straggler"
 REASON_BACKOFF_LIMIT_EXCEEDED: Final = "BackoffLimitExceeded"
 REASON_DEADLINE_EXCEEDED: Final = "DeadlineExceeded"
 REASON_SUSPENDED: Final = "Suspended"

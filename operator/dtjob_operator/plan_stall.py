@@ -5,9 +5,13 @@ restarts a stalled gang like a retryable failure."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from dtjob_operator.constants import EVENT_WARNING, REASON_STRAGGLER
 from dtjob_operator.plan_state import PlanState
+from dtjob_operator.policies.pods import name_of
 from dtjob_operator.policies.stall import Stall, Watch, next_check, stalled, watch
-from dtjob_operator.policies.stall_blame import blame
+from dtjob_operator.policies.stall_blame import blame, pod_of_rank, slowest_straggler
 from dtjob_operator.status import progress_of
 
 
@@ -25,6 +29,8 @@ class StallSteps(PlanState):
         current = watch(prior, progress, self.restarts, self.phase, self.now)
         policy = self._run_policy()
         self.progress_watch = current.to_status(policy) if current is not None else None
+        if self.progress_watch is not None:
+            self._watch_straggler(self.progress_watch)
         stall = stalled(current, policy, self.now)
         if stall is None and (wait := next_check(current, policy, self.now)) is not None:
             self.requeue.append(wait)
@@ -40,3 +46,27 @@ class StallSteps(PlanState):
         progress = progress_of(self.o.progress) or self.prior.get("progress") or {}
         checkpoint = progress.get("lastCheckpointStep")
         return said, f" (step {checkpoint})" if checkpoint is not None else ""
+
+    def _watch_straggler(self, watch: dict[str, Any]) -> None:
+        """The slowest straggler of the heartbeat summary goes into the watch, and a new one
+        (none before, or another rank) is said once in a Warning Event: shown, not acted
+        on (docs/troubleshooting.md, "One rank is slower than the others")."""
+        found = slowest_straggler(self.o.progress)
+        prior = (self.prior.get("progressWatch") or {}).get("straggler")
+        if found is None:
+            return
+        rank, slowdown = found
+        watch["straggler"] = rank
+        if rank == prior:
+            return
+        pod = pod_of_rank(rank, self.gang)
+        where = ""
+        if pod is not None:
+            node = (pod.get("spec") or {}).get("nodeName")
+            where = f" (pod {name_of(pod)}" + (f" on node {node})" if node else ")")
+        self._event(
+            EVENT_WARNING,
+            REASON_STRAGGLER,
+            f"rank {rank}{where} straggles: {slowdown:.1f}x the CPU time per step of the "
+            "other ranks; shown, not acted on",
+        )

@@ -65,6 +65,23 @@ def blame(progress: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]])
     return said
 
 
+def slowest_straggler(progress: Mapping[str, Any] | None) -> tuple[int, float] | None:
+    """(rank, slowdown) of the slowest straggler in the heartbeat summary; None when no
+    rank straggles."""
+    ranks = (progress or {}).get("ranks")
+    found = ranks.get("stragglers") if isinstance(ranks, Mapping) else None
+    best: tuple[int, float] | None = None
+    for s in found if isinstance(found, list) else []:
+        if not isinstance(s, Mapping):
+            continue
+        rank, slowdown = _int(s.get("rank")), s.get("slowdown")
+        if rank is None or not isinstance(slowdown, int | float) or isinstance(slowdown, bool):
+            continue
+        if best is None or slowdown > best[1]:
+            best = (rank, float(slowdown))
+    return best
+
+
 def straggler_slowdown(progress: Mapping[str, Any] | None) -> float | None:
     """The slowest straggler's slowdown in the heartbeat summary (`ranks.stragglers`: CPU
     time per step over the other ranks' median); None when no rank straggles."""

@@ -163,3 +163,22 @@ def test_without_the_executors_evidence_rank_0s_heartbeat_summary_names_the_culp
         "; rank 1 (pod j-worker-1 on node n1) stopped first, at step 2, 61s ago, "
         "waiting in sleep (f.py:9)"
     ), said
+
+
+def test_a_straggler_is_said_once_per_episode() -> None:
+    slow = {"ranks": {"stragglers": [{"rank": 1, "slowdown": 2.4}, {"rank": 0, "slowdown": 1.6}]}}
+    job = report(running(), (10, 1))
+    first = tick(job, 12, {"step": 2, **slow})
+    said = [e for e in first.events if e.reason == "Straggler"]
+    assert [e.message for e in said] == [  # (these pods carry no dtjob.io/rank: no pod)
+        "rank 1 straggles: 2.4x the CPU time per step of the other ranks; shown, not acted on"
+    ]
+    assert first.status["progressWatch"]["straggler"] == 1
+    job = job.copy().with_full_status(first.status)
+    again = tick(job, 14, {"step": 3, **slow})
+    assert not [e for e in again.events if e.reason == "Straggler"]  # the same episode
+    job = job.copy().with_full_status(again.status)
+    gone = tick(job, 16, {"step": 4})
+    assert "straggler" not in gone.status["progressWatch"]
+    back = tick(job.copy().with_full_status(gone.status), 18, {"step": 5, **slow})
+    assert [e.reason for e in back.events] == ["Straggler"]  # a new episode
