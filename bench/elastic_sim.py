@@ -159,10 +159,15 @@ class Sim:
                 elif kind == "timer":
                     timer = True
                     self.timers.discard(now)
+                elif life is not None:
+                    self.on_event(kind, life, token, now)
             if timer or any(self.needs_pass(life) for life in self.live.values()):
                 self.admission_pass(now)
             else:
                 self.growable_since = {}  # what a pass would keep: nothing is growable
+
+    def on_event(self, kind: str, life: Life, token: int, now: float) -> None:
+        """An event of a subclass's own (bench/sick_nodes.py: a gang's fault)."""
 
     def needs_pass(self, life: Life) -> bool:
         """Something a pass could decide on: a job waiting, a gang to refit, a job that
