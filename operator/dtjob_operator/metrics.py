@@ -31,7 +31,7 @@ class OperatorMetrics:
         # A node label: bounded by the cluster's nodes, and what an admin needs to act on.
         self.node_avoidances = Counter(
             "dtjob_node_avoidances",
-            "Gang restarts that pointed at a node (a hardware fault, a lost node, the first "
+            "Gang restarts that pointed at a node (a hardware fault, the first "
             "rank stopped in a stall): the job's next gangs keep off it for a time",
             ["namespace", "node"],
             registry=self.registry,

@@ -1,7 +1,7 @@
 """The planner's step for sick nodes (issue 36; policies/node_blame.py): when a gang restart
-points at a node (lost with it, a hardware fault in its last words, the first-stopped rank
-of a stall), the job's next gangs keep off it for the operator's avoidNodeSeconds, and an
-Event says so. A mixin of the planner's toolkit; lifecycle.py calls it before a restart."""
+points at a node (a hardware fault in its last words, the first-stopped rank of a stall),
+the job's next gangs keep off it for the operator's avoidNodeSeconds, and an Event says so.
+A mixin of the planner's toolkit; lifecycle.py calls it before a restart."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ class NodeSteps(PlanState):
 
     def _suspect_of_failure(self, failure: PodFailure) -> node_blame.Suspect | None:
         pods: Sequence[Any] = [*self.o.pods, *self._gone_members()]
-        return node_blame.from_failure(failure, pods, self.o.lost_nodes)
+        return node_blame.from_failure(failure, pods)
 
     def _suspect_of_stall(self) -> node_blame.Suspect | None:
         return node_blame.from_stall(self.o.progress, self.gang or self.o.pods)

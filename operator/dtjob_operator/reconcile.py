@@ -342,6 +342,7 @@ class Reconciler:
                 if avoided and any(e.reason == REASON_NODE_AVOIDED for e in plan.events):
                     node = str(avoided[-1]["node"])  # the one named now (node_blame.avoid)
                     self.metrics.node_avoidances.labels(namespace=namespace, node=node).inc()
+                    self.suspects.renew()  # the cache reads this replica's own write
         if plan.gpu_seconds:
             queue = ((job.get("metadata") or {}).get("labels") or {}).get(KUEUE_QUEUE_LABEL, "")
             for bucket, seconds in plan.gpu_seconds.items():

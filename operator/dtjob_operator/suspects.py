@@ -51,6 +51,14 @@ class SuspectNodes:
                 self._refresh()
             return frozenset(self._current)
 
+    def renew(self) -> frozenset[str]:
+        """Worked out afresh now: a job has just written a new avoidance, which may make a
+        suspect (its later passes may all fall within REFRESH_SECONDS, and nothing else
+        would look again before the next resync)."""
+        with self._lock:
+            self._at = float("-inf")
+        return self.current()
+
     def _refresh(self) -> None:
         now = datetime.now(UTC)
         found = cluster_suspects(self._list_jobs(), now, self.min_jobs)

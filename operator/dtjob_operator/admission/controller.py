@@ -88,6 +88,7 @@ class AdmissionController:
         self._gangs: dict[tuple[str, object, object, object], list[GangPod] | None] = {}
         self._pass_lock = threading.Lock()
         self._fresh_jobs = True  # the next pass lists jobs from the API server (gather)
+        self._suspects: frozenset[str] = frozenset()  # nodes placed last (_list)
         # Pod requests by (uid, resourceVersion): a pod's requests change only with a new
         # version; kept for the pods of the last pass.
         self._requests: dict[tuple[object, object], Resources] = {}
@@ -182,13 +183,14 @@ class AdmissionController:
         jobs = [j for j in every if self.owns(j)]
         live = {j["metadata"]["uid"] for j in jobs}
         self._gangs = {k: v for k, v in self._gangs.items() if k[0] in live}
-        # Nodes several jobs' restarts pointed at (whoever admitted those jobs) are no room
-        # for any gang (policies/node_blame.py, suspects.py).
-        suspects = cluster_suspects(every, datetime.now(UTC), self.settings.suspect_node_jobs)
+        # Nodes several jobs' restarts pointed at (whoever admitted those jobs) are the last
+        # room any gang gets (policies/node_blame.py, suspects.py; _snapshot).
+        now = datetime.now(UTC)
+        self._suspects = frozenset(cluster_suspects(every, now, self.settings.suspect_node_jobs))
         return {
             "jobs": jobs,
             "pods": list(self.reads.list_all_pods()),
-            "nodes": [n for n in self.reads.list_nodes() if n["metadata"]["name"] not in suspects],
+            "nodes": list(self.reads.list_nodes()),
             "quotas": list(self.reads.list_resource_quotas()),
             "priority_classes": list(self.reads.list_priority_classes()),
         }
@@ -223,6 +225,7 @@ class AdmissionController:
             now=datetime.now(UTC),
             requests_of=self._requests_memo(),
             topology_levels=s.topology_levels,
+            last=self._suspects,
         )
 
     def _requests_memo(self) -> Callable[[Obj], Resources]:

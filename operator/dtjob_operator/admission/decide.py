@@ -335,8 +335,12 @@ def _pinned(
     pods: Sequence[PodDemand], names: Sequence[str], kept: dict[str, str], nodes: Sequence[Node]
 ) -> dict[str, str] | None:
     """The pods taken on the nodes `kept` names for them, if every one has a node there and
-    they all still fit; else None (and nothing taken)."""
+    they all still fit; else None (and nothing taken). Not a node a pod now avoids (a
+    restarted gang's node that its failure pointed at): the gang is placed anew, where the
+    avoided node comes last."""
     if not names or any(name not in kept for name in names):
+        return None
+    if any(kept[name] in pod.avoid for pod, name in zip(pods, names, strict=True)):
         return None
     pinned = [replace(pod, node_name=kept[name]) for pod, name in zip(pods, names, strict=True)]
     if not place(pinned, nodes):

@@ -38,7 +38,8 @@ class PodDemand:
     host_ports: tuple[str, ...] = ()
     """The host ports it binds (resources.pod_host_ports): a node holds one such pod."""
     avoid: frozenset[str] = frozenset()
-    """Nodes it must not go to: the job's avoided nodes, a template's own NotIn by name."""
+    """Nodes it goes to only when no other has room: the job's avoided nodes, the suspects
+    of the cluster (policies/node_blame.py)."""
 
 
 @dataclass
@@ -83,8 +84,6 @@ def can_host(node: Node, pod: PodDemand, free: Mapping[str, int]) -> bool:
     """Pin, selector, taints and free resources all allow the pod on the node."""
     if pod.node_name is not None and pod.node_name != node.name:
         return False
-    if node.name in pod.avoid:
-        return False
     if any(node.labels.get(k) != v for k, v in pod.node_selector.items()):
         return False
     if not all(tolerates(pod.tolerations, t) for t in node.taints):
@@ -112,7 +111,12 @@ def place(pods: Sequence[PodDemand], nodes: Sequence[Node], commit: bool = True)
     nodes' free resources are reduced by the pods; on failure nothing changes."""
     free = {n.name: dict(n.free) for n in nodes}
     for pod in sorted(pods, key=_size, reverse=True):
-        target = next((n for n in nodes if can_host(n, pod, free[n.name])), None)
+        # An avoided node only when no other has room (PodDemand.avoid): a preference.
+        target = next(
+            (n for n in nodes if n.name not in pod.avoid and can_host(n, pod, free[n.name])),
+            None,
+        ) or next((n for n in nodes if n.name in pod.avoid and can_host(n, pod, free[n.name])),
+                  None)  # fmt: skip
         if target is None:
             return False
         free[target.name] = take(free[target.name], pod)

@@ -56,25 +56,27 @@ def pinned(affinity: Mapping[str, Any] | None, node: str) -> dict[str, Any]:
 
 
 def avoiding(affinity: Mapping[str, Any] | None, nodes: Sequence[str]) -> dict[str, Any]:
-    """The pod's affinity with `nodes` excluded: a matchFields term `metadata.name NotIn`
-    ANDed into every required term the template has (terms are ORed), or the only term."""
+    """The pod's affinity with a preference, of the greatest weight, for any node but
+    `nodes`: `metadata.name NotIn [node]` fields, one a node (core/v1 takes one value only
+    for a field requirement), ANDed in one preferred term beside the template's own. A
+    preference, not a requirement: where no other node has room, the pod still runs, and
+    a job on a small pool is never stranded by a node it once suspected."""
     out = dict(affinity or {})
     node_affinity = dict(out.get("nodeAffinity") or {})
-    required = dict(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {})
-    keep_off = {"key": "metadata.name", "operator": "NotIn", "values": sorted(nodes)}
-    terms = [dict(t) for t in required.get("nodeSelectorTerms") or []] or [{}]
-    for term in terms:
-        term["matchFields"] = [*(term.get("matchFields") or []), keep_off]
-    required["nodeSelectorTerms"] = terms
-    node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = required
+    keep_off = [
+        {"key": "metadata.name", "operator": "NotIn", "values": [node]} for node in sorted(nodes)
+    ]
+    preferred = list(node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution") or [])
+    preferred.append({"weight": 100, "preference": {"matchFields": keep_off}})
+    node_affinity["preferredDuringSchedulingIgnoredDuringExecution"] = preferred
     out["nodeAffinity"] = node_affinity
     return out
 
 
 def keep_off(pod: dict[str, Any], nodes: Sequence[str]) -> dict[str, Any]:
-    """The pod kept off `nodes` (the job's avoided nodes, policies/node_blame.py). Not a pod
-    that Kueue places by topology (scheduling-gated): Kueue chose its host from a Workload
-    made before the avoidance, and a NotIn of that host would leave it unschedulable."""
+    """The pod steered off `nodes` (the job's avoided nodes and the suspects of the
+    cluster, policies/node_blame.py). Not a pod that Kueue places by topology (scheduling-
+    gated): Kueue chose its host from a Workload made before the avoidance."""
     spec = pod.get("spec") or {}
     if not nodes or spec.get("schedulingGates"):
         return pod
@@ -82,20 +84,15 @@ def keep_off(pod: dict[str, Any], nodes: Sequence[str]) -> dict[str, Any]:
 
 
 def kept_off(spec: Mapping[str, Any]) -> frozenset[str]:
-    """The nodes a pod's required affinity excludes by name in every term (`avoiding`'s,
-    or the template's own): the built-in placement never puts it there."""
+    """The nodes a pod's preferred affinity steers it off by name (`avoiding`'s)."""
     affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
-    required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
-    excluded: frozenset[str] | None = None
-    for term in required.get("nodeSelectorTerms") or []:
-        names = frozenset(
-            str(v)
-            for f in term.get("matchFields") or []
-            if f.get("key") == "metadata.name" and f.get("operator") == "NotIn"
-            for v in f.get("values") or []
-        )
-        excluded = names if excluded is None else excluded & names
-    return excluded or frozenset()
+    return frozenset(
+        str(v)
+        for term in affinity.get("preferredDuringSchedulingIgnoredDuringExecution") or []
+        for f in (term.get("preference") or {}).get("matchFields") or []
+        if f.get("key") == "metadata.name" and f.get("operator") == "NotIn"
+        for v in f.get("values") or []
+    )
 
 
 def place(pod: dict[str, Any], placement: Placement) -> dict[str, Any]:

@@ -14,7 +14,6 @@ from typing import Any
 
 from dtjob_api.status import TERMINAL_PHASES, JobPhase
 from dtjob_operator.admission.fit import Node, PodDemand, Quota
-from dtjob_operator.admission.placement import kept_off
 from dtjob_operator.admission.resources import (
     Resources,
     add,
@@ -154,9 +153,9 @@ def gang_pods(
             node_selector=dict(spec.get("nodeSelector") or {}),
             tolerations=tuple(spec.get("tolerations") or ()),
             host_ports=pod_host_ports(spec),
-            # The job's avoided nodes (its status; the planner adds the affinity to the
-            # pods when it creates them, plan_state._missing_pods) and the template's own.
-            avoid=kept_off(spec) | avoided,
+            # The job's avoided nodes (its status; the planner adds the preference to the
+            # pods when it creates them, plan_state._missing_pods).
+            avoid=avoided,
         )
         result.append(GangPod(m["metadata"]["name"], demand, spec.get("priorityClassName")))
     return result
@@ -288,10 +287,13 @@ def build_snapshot(
     now: datetime,
     requests_of: Callable[[Obj], Resources] | None = None,
     topology_levels: Sequence[str] = (),
+    last: frozenset[str] = frozenset(),
 ) -> Snapshot:
     """Fold the listed objects into a Snapshot (see the module docstring). `requests_of`
     gives a pod's requests (pod_requests of its spec unless given: the controller memoises
-    it per pod version, parsing 10,000 pods' quantities was most of a pass)."""
+    it per pod version, parsing 10,000 pods' quantities was most of a pass). Every gang
+    avoids the nodes named in `last` (the cluster's suspect nodes), and they come after the
+    others in the node order: a pod goes there only when no other node has room."""
     requests = requests_of or _spec_requests
     ns_used: dict[str, Resources] = {}
     node_used: dict[str, Resources] = {}
@@ -320,7 +322,7 @@ def build_snapshot(
             node.free = subtract(node.allocatable, node_used.get(node.name, {}))
             node.free.update(dict.fromkeys(node_ports.get(node.name, ()), 1))
             ready_nodes.append(node)
-    ready_nodes.sort(key=lambda n: n.name)
+    ready_nodes.sort(key=lambda n: (n.name in last, n.name))
 
     folded: dict[str, Quota] = {}
     for q in quotas:
@@ -341,6 +343,8 @@ def build_snapshot(
     views = []
     for job in jobs:
         view = job_view(job, by_job, priority_classes, gang_of, admitted, not_before, requests)
+        if view is not None and last:  # every gang avoids the suspects, as its own nodes
+            view = replace(view, gang=tuple(replace(p, avoid=p.avoid | last) for p in view.gang))
         if view is not None:
             views.append(view)
     return Snapshot(jobs=views, quotas=folded, nodes=ready_nodes, now=now, namespaces_used=ns_used,

@@ -73,6 +73,16 @@ def _short(room: tuple[int, int, int], need: int) -> bool:
     return room[0] < need
 
 
+def _avoided(pods: Sequence[PodDemand]) -> frozenset[str]:
+    """The nodes any pod of the gang avoids (PodDemand.avoid): domains holding one come
+    after every other, at each level, so they are used only when nothing else has room."""
+    return frozenset().union(*(p.avoid for p in pods))
+
+
+def _holds(domain: Sequence[Node], avoided: frozenset[str]) -> bool:
+    return bool(avoided) and any(n.name in avoided for n in domain)
+
+
 def _groups(nodes: Sequence[Node], level: str) -> dict[str, list[Node]]:
     out: dict[str, list[Node]] = {}
     for node in nodes:
@@ -84,8 +94,10 @@ def _groups(nodes: Sequence[Node], level: str) -> dict[str, list[Node]]:
 
 def _on_hosts(pods: Sequence[PodDemand], hosts: Sequence[Node], free: Free) -> list[str] | None:
     """Pods in rank order onto hosts: one host when one holds them all (the fullest such
-    host), else the roomiest hosts first, each taking the next ranks while they fit."""
-    by_room = sorted(hosts, key=lambda n: (_room(free[n.name]), n.name))
+    host), else the roomiest hosts first, each taking the next ranks while they fit. Hosts
+    the gang avoids (PodDemand.avoid) come after every other, either way: a preference."""
+    avoided = _avoided(pods)
+    by_room = sorted(hosts, key=lambda n: (n.name in avoided, _room(free[n.name]), n.name))
     for host in by_room:
         left = dict(free[host.name])
         for pod in pods:
@@ -95,7 +107,7 @@ def _on_hosts(pods: Sequence[PodDemand], hosts: Sequence[Node], free: Free) -> l
         else:
             return [host.name] * len(pods)
     out: list[str] = []
-    order = sorted(hosts, key=lambda n: (_less(_room(free[n.name])), n.name))
+    order = sorted(hosts, key=lambda n: (n.name in avoided, _less(_room(free[n.name])), n.name))
     trial = {n.name: dict(free[n.name]) for n in hosts}
     at = 0
     for pod in pods:
@@ -119,7 +131,10 @@ def _within(
         return _on_hosts(pods, nodes, free)
     children = _groups(nodes, levels[0])
     rest = levels[1:]
-    by_room = sorted(children.values(), key=lambda c: (_domain_room(c, free), c[0].name))
+    off = _avoided(pods)
+    by_room = sorted(
+        children.values(), key=lambda c: (_holds(c, off), _domain_room(c, free), c[0].name)
+    )
     need = _need(pods)
     for child in by_room:
         if _short(_domain_room(child, free), need):
@@ -130,7 +145,9 @@ def _within(
     # Nodes without this level's label are in no domain of it, but may take ranks of a
     # gang spread over the cluster.
     loose = [n for n in nodes if levels[0] not in n.labels]
-    roomiest = sorted(by_room, key=lambda c: (_less(_domain_room(c, free)), c[0].name))
+    roomiest = sorted(
+        by_room, key=lambda c: (_holds(c, off), _less(_domain_room(c, free)), c[0].name)
+    )
     spill = [*roomiest, *([loose] if loose else [])]
     return _spread(pods, spill, rest, free)
 
@@ -198,8 +215,10 @@ def place_gang(
         # Best fit over the whole level. Best fit level by level (the fullest block, then
         # rack, then host) was tried: more gangs in one rack on one trace, longer waits on
         # all three (bench/placement.py, docs/design/topology-admission.md).
+        off = _avoided(pods)
         domains = sorted(_groups(nodes, levels[i]).items(),
-                         key=lambda kv: (_domain_room(kv[1], free), kv[0]))  # fmt: skip
+                         key=lambda kv: (_holds(kv[1], off), _domain_room(kv[1], free),
+                                         kv[0]))  # fmt: skip
         for _, domain in domains:
             if _short(_domain_room(domain, free), need):
                 continue

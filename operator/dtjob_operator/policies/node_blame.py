@@ -2,12 +2,13 @@
 docs/lifecycle.md "Nodes that make gangs sick"). Pure.
 
 A restart names a node when the evidence is about the node, not the program:
-- its pod was lost with the node (NotReady, Unknown, gone, out of service);
 - the failed container's last words name a GPU or interconnect fault (hardware.py);
 - a stall whose first-stopped rank (the heartbeat summary, stall_blame) ran there.
 An ordinary exit code (a Python exception, OOMKilled, a lost peer) names no node: the
 program, not the machine, is the likely cause, and avoiding a healthy node only shrinks
-the room the gang can use.
+the room the gang can use. Nor does a node lost (NotReady, Unknown): nothing places a pod
+on it while it is, and a kubelet restarted is healthy again, which an hour's avoidance
+would hold against it (on a two-node pool, a stranded job).
 
 Each named node is avoided by the job's next gangs until `until` (the operator's
 avoidNodeSeconds after it was named): the pods get a required node affinity
@@ -53,17 +54,13 @@ class Avoided:
         return {"node": self.node, "reason": self.why, "until": format_time(self.until)}
 
 
-def from_failure(
-    failure: PodFailure, pods: Sequence[Mapping[str, Any]], lost: Iterable[str]
-) -> Suspect | None:
-    """The node of the decisive failure's pod, when the node was lost or the container's
-    last words name a hardware fault; else None."""
+def from_failure(failure: PodFailure, pods: Sequence[Mapping[str, Any]]) -> Suspect | None:
+    """The node of the decisive failure's pod, when the container's last words name a
+    hardware fault; else None."""
     pod = next((p for p in pods if name_of(p) == failure.pod), None)
     node = node_of(pod) if pod is not None else None
     if node is None:
         return None
-    if node in set(lost):
-        return Suspect(node, f"pod {failure.pod} was lost with the node")
     line = hardware_fault(failure.detail)
     if line is None:
         return None

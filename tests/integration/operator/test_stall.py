@@ -136,10 +136,17 @@ def test_the_next_gang_keeps_off_the_node_of_a_gpu_fault(cluster: Any, namespace
     st = wait_phase(cluster.api, ns, name, "Running")
     assert [a["node"] for a in st["avoidedNodes"]] == [node], st
     assert st["restarts"] == 1, st
-    for pod in fresh:  # kept off by the scheduler's rule too, not only by our placement
-        terms = pod.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution
-        fields = [f for t in terms.node_selector_terms for f in t.match_fields or []]
-        assert any(f.operator == "NotIn" and f.values == [node] for f in fields), fields
+    for pod in fresh:  # steered off by the scheduler too, not only by our placement
+        assert node in _preferred_off(pod), pod.spec.affinity
+
+
+def _preferred_off(pod: Any) -> set[str]:
+    """The nodes a pod's preferred node affinity steers it off by name."""
+    terms = pod.spec.affinity.node_affinity.preferred_during_scheduling_ignored_during_execution
+    return {
+        v for t in terms or [] for f in t.preference.match_fields or []
+        if f.operator == "NotIn" for v in f.values
+    }  # fmt: skip
 
 
 def _avoiding(cluster: Any, node: str) -> list[str]:
@@ -187,7 +194,5 @@ def test_a_node_two_jobs_avoid_is_kept_off_by_every_job(cluster: Any, namespace:
                .role("worker", 1, gpus=1).build())  # fmt: skip
     (pod,) = wait_pods_running(cluster.core, ns, third, 1)
     assert pod.spec.node_name != node
-    terms = pod.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution
-    fields = [f for t in terms.node_selector_terms for f in t.match_fields or []]
-    assert any(f.operator == "NotIn" and node in f.values for f in fields), fields
+    assert node in _preferred_off(pod), pod.spec.affinity
     assert "avoidedNodes" not in status(cluster.api, ns, third)  # not its own avoidance

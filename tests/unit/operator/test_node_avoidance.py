@@ -12,7 +12,7 @@ import pytest
 from unit.operator.builders import at, iso, pods
 from unit.operator.planning import DDP, RUNNING, SETTINGS, condition, ready, run, w
 
-from dtjob_operator.admission.fit import Node, PodDemand, can_host
+from dtjob_operator.admission.fit import Node, PodDemand, can_host, place
 from dtjob_operator.admission.placement import avoiding, keep_off, kept_off
 from dtjob_operator.admission.seam import AdmissionVerdict
 from dtjob_operator.lifecycle import Observed, plan
@@ -39,21 +39,21 @@ ECC = "RuntimeError: uncorrectable ECC error encountered"
 
 
 @pytest.mark.parametrize(
-    ("detail", "lost", "why"),
+    ("detail", "why"),
     [
-        (XID, set(), FAULT + "NVRM: Xid 79, GPU has fallen off the bus."),
-        (IB, set(), FAULT + IB),
-        (ECC, set(), FAULT + ECC),
-        (None, {"gpu-2"}, "pod j-worker-1 was lost with the node"),
-        ("ValueError: bad batch", set(), None),  # the program's fault, not the node's
-        ("torch.OutOfMemoryError: CUDA out of memory", set(), None),
+        (XID, FAULT + "NVRM: Xid 79, GPU has fallen off the bus."),
+        (IB, FAULT + IB),
+        (ECC, FAULT + ECC),
+        ("ValueError: bad batch", None),  # the program's fault, not the node's
+        ("torch.OutOfMemoryError: CUDA out of memory", None),
+        (None, None),  # evicted, lost with a NotReady node: nothing here names the GPU
     ],
 )
 def test_a_failure_points_at_its_node_only_on_evidence_about_the_node(
-    detail: str | None, lost: set[str], why: str | None
+    detail: str | None, why: str | None
 ) -> None:
     pods = [_pod("j-worker-0", "gpu-1"), _pod("j-worker-1", "gpu-2")]
-    suspect = node_blame.from_failure(_failure(detail), pods, lost)
+    suspect = node_blame.from_failure(_failure(detail), pods)
     assert suspect == (node_blame.Suspect("gpu-2", why) if why else None)
 
 
@@ -84,27 +84,43 @@ def test_avoidance_renews_keeps_the_latest_and_expires() -> None:
     assert node_blame.read([{"node": 3}, "x", {"node": "n", "until": "soon"}], now) == []
 
 
-def test_the_pods_are_kept_off_by_a_notin_term_in_every_required_term() -> None:
-    own = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In",
-                                                     "values": ["a"]}]}, {}]}}}  # fmt: skip
-    out = avoiding(own, ["n2", "n1"])
-    terms = out["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    notin = {"key": "metadata.name", "operator": "NotIn", "values": ["n1", "n2"]}
-    assert [t["matchFields"] for t in terms["nodeSelectorTerms"]] == [[notin], [notin]]
-    assert terms["nodeSelectorTerms"][0]["matchExpressions"][0]["key"] == "zone"
+def test_the_pods_prefer_any_other_node_beside_the_templates_own_affinity() -> None:
+    own = {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]},
+        "preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 5, "preference": {"matchExpressions": [
+                {"key": "disk", "operator": "In", "values": ["ssd"]}]}}],
+    }}  # fmt: skip
+    out = avoiding(own, ["n2", "n1"])["nodeAffinity"]
+    assert (
+        out["requiredDuringSchedulingIgnoredDuringExecution"]
+        == (own["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"])
+    )
+    # One value a requirement: the pod API refuses a field requirement with more (422).
+    notin = [{"key": "metadata.name", "operator": "NotIn", "values": [n]} for n in ("n1", "n2")]
+    assert out["preferredDuringSchedulingIgnoredDuringExecution"] == [
+        own["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0],
+        {"weight": 100, "preference": {"matchFields": notin}},
+    ]
     assert kept_off(keep_off({"spec": {}}, ["n1", "n2"])["spec"]) == {"n1", "n2"}
     gated = {"spec": {"schedulingGates": [{"name": "kueue.x-k8s.io/topology"}]}}
     assert keep_off(gated, ["n1"]) == gated  # Kueue's topology placed it already
     assert keep_off({"spec": {}}, []) == {"spec": {}}
 
 
-def test_the_built_in_placement_never_puts_a_pod_on_an_avoided_node() -> None:
-    node = Node("n1", {"nvidia.com/gpu": 8}, {"nvidia.com/gpu": 8})
-    pod = PodDemand(requests={"nvidia.com/gpu": 1})
-    assert can_host(node, pod, node.free)
-    assert not can_host(node, PodDemand(requests={"nvidia.com/gpu": 1}, avoid=frozenset({"n1"})),
-                        node.free)  # fmt: skip
+def test_the_built_in_placement_uses_an_avoided_node_only_when_no_other_has_room() -> None:
+    def nodes() -> list[Node]:
+        return [Node(n, {"nvidia.com/gpu": 8}, {"nvidia.com/gpu": 8}) for n in ("n1", "n2")]
+
+    avoid = PodDemand(requests={"nvidia.com/gpu": 4}, avoid=frozenset({"n1"}))
+    room = nodes()
+    assert place([avoid, avoid], room)
+    assert [n.free["nvidia.com/gpu"] for n in room] == [8, 0]  # both on n2, not first-fit n1
+    room = nodes()
+    assert place([avoid] * 3, room)  # n2 is full: the third goes to n1 rather than wait
+    assert [n.free["nvidia.com/gpu"] for n in room] == [4, 0]
+    assert can_host(room[0], avoid, room[0].free)  # a preference, never a refusal
 
 
 def test_a_hardware_fault_restarts_the_gang_off_its_node() -> None:
@@ -194,8 +210,7 @@ def test_suspect_nodes_are_announced_once_and_counted() -> None:
         lambda node, msg: said.append((node["metadata"]["uid"], msg)), counts.append,
     )  # fmt: skip
     assert watch.current() == {"n1"}
-    watch._at = float("-inf")  # as if REFRESH_SECONDS passed
-    assert watch.current() == {"n1"}
+    assert watch.renew() == {"n1"}  # worked out afresh: still one announcement
     assert said == [(
         "u1",
         "every dtjob job keeps off this node: restarts of 2 jobs pointed at it (team/a, "
