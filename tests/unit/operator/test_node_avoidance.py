@@ -227,3 +227,27 @@ def test_the_next_pods_keep_off_the_suspect_nodes_too() -> None:
     )  # fmt: skip
     made = [m for m in plan(observed, SETTINGS).create if m["kind"] == "Pod"]
     assert made and all(kept_off(m["spec"]) == {"n9"} for m in made)
+
+
+def test_topology_packing_puts_an_avoided_host_last_at_every_level() -> None:
+    from dtjob_operator.admission.topology import place_gang
+
+    host, rack = "kubernetes.io/hostname", "topology.example/rack"
+
+    def nodes(free: dict[str, int]) -> list[Node]:
+        return [
+            Node(n, {"nvidia.com/gpu": 8}, {"nvidia.com/gpu": g},
+                 {host: n, rack: "r0" if n < "n2" else "r1"})
+            for n, g in free.items()
+        ]  # fmt: skip
+
+    pods = [PodDemand(requests={"nvidia.com/gpu": 4}, avoid=frozenset({"n0"}))] * 2
+    plain = [PodDemand(requests={"nvidia.com/gpu": 4})] * 2
+    room = {"n0": 8, "n1": 8, "n2": 0}
+    # Best fit takes n0 (rack r0, first of two equal hosts); avoided, it takes n1.
+    assert place_gang(plain, nodes(room), [rack, host]).nodes == ("n0", "n0")  # type: ignore[union-attr]
+    placed = place_gang(pods, nodes(room), [rack, host])
+    assert placed is not None and placed.nodes == ("n1", "n1"), placed
+    # Only n0 has room: the gang still goes there rather than wait.
+    placed = place_gang(pods, nodes({"n0": 8, "n1": 0, "n2": 0}), [rack, host])
+    assert placed is not None and placed.nodes == ("n0", "n0"), placed
