@@ -111,12 +111,16 @@ def place(pods: Sequence[PodDemand], nodes: Sequence[Node], commit: bool = True)
     nodes' free resources are reduced by the pods; on failure nothing changes."""
     free = {n.name: dict(n.free) for n in nodes}
     for pod in sorted(pods, key=_size, reverse=True):
-        # An avoided node only when no other has room (PodDemand.avoid): a preference.
+        # An avoided node only when no other has room (PodDemand.avoid): a preference. A pod
+        # that avoids nothing scans the nodes once (a gang that does not fit is the common
+        # case in a burst).
         target = next(
             (n for n in nodes if n.name not in pod.avoid and can_host(n, pod, free[n.name])),
             None,
-        ) or next((n for n in nodes if n.name in pod.avoid and can_host(n, pod, free[n.name])),
-                  None)  # fmt: skip
+        )
+        if target is None and pod.avoid:
+            target = next((n for n in nodes if n.name in pod.avoid
+                           and can_host(n, pod, free[n.name])), None)  # fmt: skip
         if target is None:
             return False
         free[target.name] = take(free[target.name], pod)
