@@ -126,6 +126,15 @@ class AvoidedNode(ApiModel):
     """When it may be used again."""
 
 
+class LastFailure(ApiModel):
+    """The pod whose failure decided the last gang restart, and its node."""
+
+    pod: str | None = None
+    node: str | None = None
+    time: str | None = None
+    """When the restart began."""
+
+
 class GpuSeconds(ApiModel):
     """GPU-seconds per bucket (dtjob_api/goodput.py)."""
 
@@ -239,7 +248,11 @@ class DistributedTrainingJobStatus(ApiModel):
     goodput: Goodput | None = None
     """GPU time per bucket: training (goodput) and what was lost, by cause."""
     avoidedNodes: list[AvoidedNode] | None = Field(default=None, max_length=8)
-    """Nodes a stall or a hardware fault pointed at, kept off by the next gangs for a time."""
+    """Nodes a stall, a hardware fault or repeated failures pointed at, kept off by the next
+    gangs for a time."""
+    lastFailure: LastFailure | None = None
+    """Where the failure that decided the last gang restart came from: a second failure in
+    a row from the same node points at the node."""
     observedGeneration: int | None = None
     """The spec generation the status was computed from."""
     queuePosition: int | None = None

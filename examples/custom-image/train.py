@@ -24,9 +24,9 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 try:  # the helper copied into the image as one file (see the Dockerfile)...
-    from dtjob_progress import report
+    from dtjob_progress import heartbeat, report
 except ImportError:  # ...or the trainer package's copy
-    from dtjob_trainer.report import report
+    from dtjob_trainer.report import heartbeat, report
 
 FEATURES = 8
 SAMPLES = 4096
@@ -157,10 +157,14 @@ def train() -> int:
         loss.backward()
         opt.step()
         step += 1
+        # Every rank's step, for the operator's stall watch: which rank stopped first, which
+        # is slower than the others (docs/env-contract.md, "Heartbeats"). Cheap: in memory.
+        heartbeat(step)
         report(step=step, total=args.steps, loss=loss.item(), epoch=0)
         if step % args.checkpoint_every == 0 and rank == 0:
+            report(activity="checkpointing")  # a long save is not a stall
             save(ckpt, step, model, opt)
-            report(checkpoint=step)
+            report(checkpoint=step, activity="training")
     if rank == 0:
         save(ckpt, step, model, opt)
         report(step=step, total=args.steps, loss=loss.item(), checkpoint=step, force=True)

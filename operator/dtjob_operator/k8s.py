@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -18,6 +18,7 @@ from kubernetes.client.exceptions import ApiException
 
 from dtjob_api import GROUP, KIND, PLURAL, VERSION
 from dtjob_operator.constants import LABEL_JOB_NAME
+from dtjob_operator.policies.suspect_taint import TAINT_KEY, taint_patch
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
@@ -76,6 +77,10 @@ API_CALLS: frozenset[tuple[str, str, str]] = frozenset(
         ("kueue.x-k8s.io", "workloadpriorityclasses", "get"),
     }
 )
+
+
+# Granted only with the chart's taintSuspectNodes (settings.taint_suspect_nodes).
+TAINT_CALLS: frozenset[tuple[str, str, str]] = frozenset({("", "nodes", "patch")})
 
 
 def _page(resp: object) -> tuple[list[Obj], str | None]:
@@ -380,6 +385,26 @@ class KubeApi:
         except ApiException as exc:
             log.warning("could not record event %s on node %s: %s", reason, meta["name"],
                         exc.reason)  # fmt: skip
+
+    def taint_suspect_node(self, name: str, jobs: Sequence[str], why: str) -> None:
+        """Taint the node `dtjob.io/suspect` (policies/suspect_taint.py) from a fresh read,
+        retried when its taints changed in between (409). Failures are logged, never
+        raised: the jobs keep off the node whatever becomes of the taint."""
+        for _ in range(3):
+            try:
+                node = read_or_none(self.core.read_node, name)
+                patch = taint_patch(node, jobs, why, datetime.now(UTC)) if node else None
+                if patch is None:
+                    return
+                # A merge patch: the taints list is replaced whole, by what was read plus ours.
+                self.core.patch_node(name, patch, _content_type="application/merge-patch+json")
+                log.warning("node %s tainted %s: %s", name, TAINT_KEY, why)
+                return
+            except ApiException as exc:
+                if exc.status != 409:
+                    log.warning("could not taint node %s: %s", name, exc.reason)
+                    return
+        log.warning("could not taint node %s: its taints kept changing", name)
 
 
 def versions(objects: Iterable[Mapping[str, Any]]) -> set[tuple[Any, Any]]:

@@ -316,7 +316,7 @@ class _Planner(ElasticSteps, StallSteps, NodeSteps):
             return self._fail(
                 REASON_INVALID_SPEC if invalid else REASON_POD_FAILED_PERMANENT, verdict.message
             )
-        suspect = self._suspect_of_failure(verdict.failure)
+        suspect = self._suspect_of_failure(verdict.failure, gang.counted)
         return self._restart_gang(
             verdict.reason, verdict.message, gang.counted, policy, suspect=suspect
         )

@@ -1,5 +1,6 @@
 """The planner's step for sick nodes (issue 36; policies/node_blame.py): when a gang restart
-points at a node (a hardware fault in its last words, the first-stopped rank of a stall),
+points at a node (a hardware fault in its last words, the first-stopped rank of a stall,
+a second failure in a row from one node),
 the job's next gangs keep off it for the operator's avoidNodeSeconds, and an Event says so.
 A mixin of the planner's toolkit; lifecycle.py calls it before a restart."""
 
@@ -18,9 +19,21 @@ from dtjob_operator.policies.times import format_time
 class NodeSteps(PlanState):
     """Avoiding the node a restart points at."""
 
-    def _suspect_of_failure(self, failure: PodFailure) -> node_blame.Suspect | None:
+    def _suspect_of_failure(self, failure: PodFailure, counted: bool) -> node_blame.Suspect | None:
+        """A hardware fault in the failed container's last words, else the same node as
+        the last counted restart's decisive failure (node_blame.from_repeat); a counted
+        failure's site is kept for the next (status.lastFailure). A disruption (an
+        eviction, a preemption, a drain: not counted) says nothing about the node."""
         pods: Sequence[Any] = [*self.o.pods, *self._gone_members()]
-        return node_blame.from_failure(failure, pods)
+        suspect = node_blame.from_failure(failure, pods)
+        if not counted:
+            return suspect
+        window = self.settings.avoid_node_seconds
+        suspect = suspect or node_blame.from_repeat(
+            failure, pods, self.last_failure, self.now, window
+        )
+        self.last_failure = node_blame.failure_site(failure, pods, self.now)
+        return suspect
 
     def _suspect_of_stall(self) -> node_blame.Suspect | None:
         return node_blame.from_stall(self.o.progress, self.gang or self.o.pods)

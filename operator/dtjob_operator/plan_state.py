@@ -88,6 +88,9 @@ class PlanState:
         self.progress_watch: dict[str, Any] | None = None
         # status.avoidedNodes less the expired (plan_nodes.py): the next gangs keep off them.
         self.avoided = node_blame.read(self.prior.get("avoidedNodes"), self.now)
+        # status.lastFailure: where the failure that decided the last restart came from.
+        last = self.prior.get("lastFailure")
+        self.last_failure: dict[str, str] | None = dict(last) if isinstance(last, dict) else None
         # What a gang restart of this pass threw away, for the goodput ledger (goodput.py).
         self.restart_loss: Restart | None = None
         self._built: dict[int, list[Manifest]] = {}
@@ -290,6 +293,8 @@ class PlanState:
             status["progressWatch"] = self.progress_watch
         if self.avoided:
             status["avoidedNodes"] = [a.to_status() for a in self.avoided]
+        if self.last_failure:
+            status["lastFailure"] = self.last_failure
         ledger, added = advance(
             Ledger.from_status(self.prior.get("goodput")),
             self.phase,

@@ -131,6 +131,7 @@ class Reconciler:
             self.caches.list_nodes,
             lambda node, said: api.emit_node_event(node, "Warning", REASON_SUSPECT, said),
             metrics.suspect_nodes.set,
+            api.taint_suspect_node if settings.taint_suspect_nodes else None,
         )
 
     # -- worker threads ---------------------------------------------------------------

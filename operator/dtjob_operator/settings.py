@@ -96,6 +96,10 @@ class OperatorSettings(BaseSettings):
     suspect_node_jobs: int = Field(default=2, ge=0, le=100)
     """A node that this many different jobs avoid at once (each for a restart that pointed
     at it) is avoided by every job until those avoidances expire; 0: only by those jobs."""
+    taint_suspect_nodes: bool = False
+    """Also taint such a node `dtjob.io/suspect:NoSchedule` for an admin to inspect
+    (policies/suspect_taint.py): it keeps every workload off it until the admin removes the
+    taint. Needs node patch rights (the chart grants them only with this on)."""
     resync_seconds: float = Field(default=10.0, gt=0, le=3600)
     """How often a job that waits for something unwatched (pods to vanish) is looked at."""
 

@@ -4,14 +4,15 @@ from the jobs' own status.avoidedNodes in the cache, so nothing is stored apart 
 operator restart loses nothing. Worked out at most every REFRESH_SECONDS (the reconcile
 asks on every pass; a scan of every job per pass would cost O(jobs^2) in a burst). A node
 that becomes suspect gets a Warning Event (`kubectl describe node` shows it) and the
-dtjob_suspect_nodes gauge follows the count."""
+dtjob_suspect_nodes gauge follows the count; with taint_suspect_nodes the node is also
+tainted dtjob.io/suspect for an admin to inspect (policies/suspect_taint.py)."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -34,10 +35,11 @@ class SuspectNodes:
         list_nodes: Callable[[], Iterable[Obj]],
         announce: Callable[[Obj, str], None],
         gauge: Callable[[int], None],
+        taint: Callable[[str, Sequence[str], str], None] | None = None,
     ) -> None:
         self.min_jobs = min_jobs
         self._list_jobs, self._list_nodes = list_jobs, list_nodes
-        self._announce, self._gauge = announce, gauge
+        self._announce, self._gauge, self._taint = announce, gauge, taint
         self._lock = threading.Lock()
         self._at = float("-inf")
         self._current: dict[str, tuple[str, ...]] = {}
@@ -75,3 +77,5 @@ class SuspectNodes:
             )
             node = nodes.get(name) or {"metadata": {"name": name}}
             self._announce(node, message)
+            if self._taint is not None:  # settings.taint_suspect_nodes
+                self._taint(name, jobs, message)

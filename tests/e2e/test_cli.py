@@ -7,10 +7,8 @@ trip that resumes from the checkpoint."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +22,7 @@ STEP_LINE = re.compile(r"^\[worker-0\] step (\d+)/(\d+) ")
 
 
 def dtj(e2e: E2E, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    path = os.pathsep.join(str(REPO / p) for p in ("api", "client"))
-    return subprocess.run(
-        [sys.executable, "-m", "dtjob_client.cli", *args],
-        capture_output=True, text=True, timeout=timeout, env={**e2e.env, "PYTHONPATH": path},
-    )  # fmt: skip
+    return e2e.dtj(*args, timeout=timeout)
 
 
 def ok(e2e: E2E, *args: str, timeout: float = 600) -> str:

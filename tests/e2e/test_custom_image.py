@@ -5,6 +5,7 @@ resumes from the checkpoint; a permanent one fails the job naming the child's ex
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,9 @@ def _apply(e2e: E2E, ns: str, name: str, args: list[str], claim: str | None = No
     got = pushed()
     job["spec"]["trainer"]["image"] = f"{got['REGISTRY']}/dtjob-custom-example:{got['CUSTOM_TAG']}"
     job["spec"]["trainer"]["args"] = args
+    # Heartbeats every second (10 by default): the ranks' summary shows within the run.
+    worker = job["spec"]["roles"]["worker"]
+    worker.setdefault("template", {})["env"] = [{"name": "DTJ_HEARTBEAT_SECONDS", "value": "1"}]
     if claim:
         job["spec"]["checkpoint"]["claimName"] = claim
     e2e.kubectl("apply", "-n", ns, "-f", "-", stdin=yaml.safe_dump(job))
@@ -45,10 +49,17 @@ def test_torchrun_child_retryable_code_restarts_and_resumes_from_pvc(
     _apply(e2e, ns, name, ["--steps", "200", "--fail-at-step", "100"], claim=claim)
     rows: list[tuple[int, str]] = []  # (status step, printed row)
     restart_messages: list[str] = []
+    ranks: list[dict[str, Any]] = []  # the heartbeats' summaries seen
 
     def seen(obj: dict[str, Any], row: str) -> None:
         st = obj.get("status", {})
         progress = st.get("progress") or {}
+        if st.get("phase") == "Running" and not ranks:  # rank 0's progress.json, as reported
+            said = e2e.kubectl("get", "configmap", "-n", ns, f"{name}-progress", "-o",
+                               r"jsonpath={.data.progress\.json}", check=False)  # fmt: skip
+            summary = json.loads(said or "{}").get("ranks")
+            if isinstance(summary, dict) and summary.get("reporting") == 4:
+                ranks.append(summary)
         if progress.get("step") and progress.get("loss") is not None:
             rows.append((progress["step"], row))
         if msg := _condition(obj, "Restarting").get("message"):
@@ -65,6 +76,9 @@ def test_torchrun_child_retryable_code_restarts_and_resumes_from_pvc(
     assert "resuming at step 100" in log, log[-2000:]
     # Classified by the child's code, not torchrun's own exit 1.
     assert any("code 75" in m and "torchrun" in m for m in restart_messages), restart_messages
+    # The image's heartbeat() calls reached the operator: all 4 ranks (2 pods x 2 torchrun
+    # children) reporting, through the helper copied in as one file.
+    assert any(r.get("count") == 4 and r.get("reporting") == 4 for r in ranks), ranks[-3:]
     # STEP and LOSS were in `kubectl get dtj` while it ran: the step, then the loss.
     assert any(_step_then_loss(step, row) for step, row in rows), rows[-5:]
 

@@ -1,7 +1,9 @@
 """A gang whose pods stay Running while one rank hangs (issue 36): the operator declares it
 stalled once its step stood still for runPolicy.progressDeadlineSeconds, names the rank that
 stopped first and its pod, restarts the gang from its checkpoint, and the job Succeeds. The
-hung rank printed its stacks into its log before the restart.
+hung rank printed its stacks into its log before the restart. Before it hangs, the same rank
+is slowed on purpose (DTJ_FAULT_SLOW_RANK): `kubectl dtj top` names it a straggler, with its
+pod and node, and a Straggler Event says so once.
 
 The hang is the trainer's test-only fault hook (DTJ_FAULT_HANG_AT_STEP, docs/env-contract.md):
 rank 1 blocks before a step of the first gang only, as a rank stuck in a data loader would;
@@ -38,6 +40,11 @@ def test_a_hung_rank_is_declared_stalled_named_and_the_gang_resumes(
     hang = [
         {"name": "DTJ_FAULT_HANG_AT_STEP", "value": str(HANG_AT)},
         {"name": "DTJ_FAULT_HANG_RANK", "value": "1"},
+        # Slower first: 50 ms of CPU more per step, heartbeats every 2 s (3 in a row make a
+        # straggler). The first gang only, as the hang.
+        {"name": "DTJ_FAULT_SLOW_RANK", "value": "1"},
+        {"name": "DTJ_FAULT_SLOW_SECONDS", "value": "0.05"},
+        {"name": "DTJ_HEARTBEAT_SECONDS", "value": "2"},
     ]
     job = e2e.apply_example(
         "data-parallel", ns, checkpoint__claimName=claim, checkpoint__everySteps=50,
@@ -52,6 +59,10 @@ def test_a_hung_rank_is_declared_stalled_named_and_the_gang_resumes(
         st = obj.get("status", {})
         now = time.monotonic()
         step = (st.get("progress") or {}).get("step")
+        if st.get("restarts", 0) == 0 and st.get("phase") == "Running" and "top" not in seen:
+            top = e2e.dtj("top", "--count", "1", "-n", ns, timeout=60)
+            if "straggles" in top.stdout:
+                seen["top"] = top.stdout
         if st.get("restarts", 0) == 0 and step is not None and step != seen.get("step"):
             seen["step"], seen["hung"] = step, now  # the last move seen before the stall
         if st.get("restarts", 0) == 0 and "hung" in seen and "stacks" not in seen:
@@ -97,6 +108,17 @@ def test_a_hung_rank_is_declared_stalled_named_and_the_gang_resumes(
     # sleep is where its main thread waits.
     assert "stacks" in seen, "rank 1 printed no stall line before the restart"
     assert "fault.py" in seen["stacks"], seen["stacks"][-3000:]
+    # The slowed rank was named in `top`, with its pod and node, and an Event said so once.
+    assert "top" in seen, "kubectl dtj top never named a straggler before the hang"
+    assert re.search(
+        rf"rank 1 \(pod {rank1} on node dtjob-real-0\) straggles: [\d.]+x the CPU time",
+        seen["top"],
+    ), seen["top"]
+    told = e2e.kubectl(
+        "get", "events", "-n", ns, "--field-selector",
+        f"reason=Straggler,involvedObject.name={name}", "-o", "jsonpath={.items[*].message}",
+    )  # fmt: skip
+    assert "rank 1" in told, told
     # Resumed from the checkpoint at or before the hang, not from scratch.
     assert seen.get("resumed_step", 0) > HANG_AT - 50, seen
     print(  # the figures, for the note and bench/

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 import urllib.request
 import uuid
@@ -32,6 +33,15 @@ class E2E:
     kubeconfig: Path
     state: Path
     env: dict[str, str]
+
+    def dtj(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+        """`kubectl dtj` (kubectl finds `kubectl-dtj` on PATH; here its module entry point,
+        the same code)."""
+        path = os.pathsep.join(str(REPO / p) for p in ("api", "client"))
+        return subprocess.run(
+            [sys.executable, "-m", "dtjob_client.cli", *args],
+            capture_output=True, text=True, timeout=timeout, env={**self.env, "PYTHONPATH": path},
+        )  # fmt: skip
 
     def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
         proc = subprocess.run(

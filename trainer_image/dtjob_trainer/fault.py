@@ -12,6 +12,7 @@ wedged data loader would be, so a test sees the restarted gang finish.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -65,6 +66,9 @@ def step_fault(plan: FaultPlan | None, rank: int) -> Callable[[int], None] | Non
 
     def fault(step: int) -> None:
         if step == hang:
+            # When it struck, for bench/stall_detection.py (the hang to the declaration).
+            print(f"dtjob: fault: rank {rank} hangs before step {step} at {time.time():.3f}",
+                  file=sys.stderr, flush=True)  # fmt: skip
             while True:  # forever: only the operator (or a test) ends this process
                 time.sleep(60)
         if slow > 0:

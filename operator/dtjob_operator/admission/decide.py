@@ -195,6 +195,7 @@ class _Pass:
 
     empty: list[Node]
     fits_empty: dict[ShapeKey, bool] = field(default_factory=dict)
+    fits_off_avoided: dict[ShapeKey, bool] = field(default_factory=dict)
     no_room: set[ShapeKey] = field(default_factory=set)
 
 
@@ -229,8 +230,10 @@ def _judge(
     if job.namespace in blocked:
         return REASON_WAITING_FOR_ADMISSION, messages.behind(*_blocker(blocked[job.namespace]))
     short = quota_shortfall(need, quota.room) if quota is not None else []
+    usable = _off_avoided(job, nodes, levels, ctx.fits_off_avoided.get(shape))
+    ctx.fits_off_avoided[shape] = usable is not nodes
     placed = (
-        _placed(job.gang, job.pod_names, nodes, levels, job.topology)
+        _placed(job.gang, job.pod_names, usable, levels, job.topology)
         if not short and shape not in ctx.no_room else None
     )  # fmt: skip
     if placed is not None:
@@ -243,14 +246,16 @@ def _judge(
     if quota is not None and short:
         why = messages.quota_short(job.namespace, need, quota, short)
     elif job.topology is not None and job.topology.required:
-        why = messages.topology_short(job.gang, nodes, job.topology.level)
+        why = messages.topology_short(job.gang, usable, job.topology.level)
     else:
-        why = messages.capacity_short(job.gang, nodes)
+        why = messages.capacity_short(job.gang, usable)
+    if usable is not nodes:
+        why += messages.keeping_off(_avoided(job.gang))
     blocked[job.namespace] = f"{job.name}\0{why}"
     if preemption and job.can_preempt and job.namespace not in releasing:
 
         def fits(vs: Sequence[JobView]) -> bool:
-            return _fits_without(job, vs, quota, nodes, levels)
+            return _fits_without(job, vs, quota, usable, levels)
 
         # Workers above their minimum go before any job is stopped whole: shrinks alone if
         # they suffice, else whole victims on top of every shrink, then the shrinks needed.
@@ -310,15 +315,19 @@ def _refit(
             job.namespace, job.need, quota, short
         )
     where = _pinned(job.gang, job.pod_names, kept, nodes)
+    usable = _off_avoided(job, nodes, levels)
     placed = (
         (where, describe(on_nodes(list(where.values()), nodes, levels)))
         if where is not None
-        else _placed(job.gang, job.pod_names, nodes, levels, job.topology)
+        else _placed(job.gang, job.pod_names, usable, levels, job.topology)
     )
     if placed is None:
         if not place_on_empty(job.gang, nodes):
             return REASON_INADMISSIBLE, messages.capacity_never(job.gang, nodes)
-        return REASON_WAITING_FOR_ADMISSION, messages.capacity_short(job.gang, nodes)
+        why = messages.capacity_short(job.gang, usable)
+        if usable is not nodes:
+            why += messages.keeping_off(_avoided(job.gang))
+        return REASON_WAITING_FOR_ADMISSION, why
     result.placements[job.uid], result.domains[job.uid] = placed
     if quota is not None:
         quota.room = subtract(quota.room, job.need)
@@ -346,6 +355,29 @@ def _pinned(
     if not place(pinned, nodes):
         return None
     return {name: kept[name] for name in names}
+
+
+def _avoided(gang: Sequence[PodDemand]) -> frozenset[str]:
+    return frozenset().union(*(p.avoid for p in gang))
+
+
+def _off_avoided(
+    job: JobView, nodes: list[Node], levels: Sequence[str], known: bool | None = None
+) -> list[Node]:
+    """The nodes the gang may go to now. The nodes it avoids (PodDemand.avoid: those its
+    own restarts pointed at, the cluster's suspects) are left out whenever the gang could
+    be placed on the others were they empty: it then waits for room there rather than go
+    back to a node that made a gang sick (the sick-node trace's goodput, bench/sick_nodes.py,
+    is what this buys). When it never could, they are all kept, the avoided ones tried
+    last (fit.place, topology.py): an avoidance never strands a job. `known`: that answer
+    from an earlier gang of the same shape in the pass (it depends on the shape only)."""
+    avoided = _avoided(job.gang)
+    if not avoided or known is False:
+        return nodes
+    rest = [n for n in nodes if n.name not in avoided]
+    if known is None and place_gang(job.gang, empty_nodes(rest), levels, job.topology) is None:
+        return nodes
+    return rest
 
 
 def _placed(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from dtjob_operator.admission.diagnose import never_fits, usable_nodes
 from dtjob_operator.admission.fit import Node, PodDemand, Quota
@@ -157,6 +157,16 @@ def preempted_by(job: str, priority: int) -> str:
     return (
         f"preempted by higher-priority job {job} (priority {priority}); the pods get SIGTERM "
         f"to checkpoint and the job is re-queued, resuming from its checkpoint"
+    )
+
+
+def keeping_off(nodes: Iterable[str], shown: int = 5) -> str:
+    """Said after why a gang does not fit when it waits off the nodes it avoids."""
+    names = sorted(nodes)
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return (
+        f"; it keeps off {', '.join(names[:shown])}{more} (nodes its restarts or other jobs' "
+        "pointed at: kubectl dtj why), which it would use only if it could never fit elsewhere"
     )
 
 

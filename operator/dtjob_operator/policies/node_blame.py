@@ -3,18 +3,23 @@ docs/lifecycle.md "Nodes that make gangs sick"). Pure.
 
 A restart names a node when the evidence is about the node, not the program:
 - the failed container's last words name a GPU or interconnect fault (hardware.py);
-- a stall whose first-stopped rank (the heartbeat summary, stall_blame) ran there.
-An ordinary exit code (a Python exception, OOMKilled, a lost peer) names no node: the
+- a stall whose first-stopped rank (the heartbeat summary, stall_blame) ran there;
+- the failure that decided a restart came from the same node as the one that decided the
+  restart before (status.lastFailure), within the avoidance time, while the gang spanned
+  several nodes: the failures follow the node.
+A single ordinary exit (a Python exception, OOMKilled, a lost peer) names no node: the
 program, not the machine, is the likely cause, and avoiding a healthy node only shrinks
-the room the gang can use. Nor does a node lost (NotReady, Unknown): nothing places a pod
-on it while it is, and a kubelet restarted is healthy again, which an hour's avoidance
-would hold against it (on a two-node pool, a stranded job).
+the room the gang can use. OOMKilled never does, repeated or not: the memory is the
+program's. Nor does a node lost (NotReady, Unknown): nothing places a pod on it while it
+is, and a kubelet restarted is healthy again, which an hour's avoidance would hold against
+it (on a two-node pool, a stranded job).
 
 Each named node is avoided by the job's next gangs until `until` (the operator's
-avoidNodeSeconds after it was named): the pods get a required node affinity
-`metadata.name NotIn [...]` (builders/pod.py), which the scheduler, Kueue and the built-in
-placement all honour. At most MAX_AVOIDED nodes at once, the latest kept: a job on a small
-pool must not avoid its way out of every node.
+avoidNodeSeconds after it was named): the pods get a node affinity `metadata.name NotIn
+[...]` as a preference of the greatest weight (admission/placement.py: the scheduler and
+Kueue honour it), and the built-in admission keeps the gang off the node while it could fit
+elsewhere (admission/decide.py). At most MAX_AVOIDED nodes at once, the latest kept: a job
+on a small pool must not avoid its way out of every node.
 """
 
 from __future__ import annotations
@@ -65,6 +70,42 @@ def from_failure(failure: PodFailure, pods: Sequence[Mapping[str, Any]]) -> Susp
     if line is None:
         return None
     return Suspect(node, f"pod {failure.pod} failed with a hardware fault: {line}"[:WHY_LIMIT])
+
+
+def failure_site(
+    failure: PodFailure, pods: Sequence[Mapping[str, Any]], now: datetime
+) -> dict[str, str] | None:
+    """status.lastFailure: the pod whose failure decided a restart, its node and when."""
+    pod = next((p for p in pods if name_of(p) == failure.pod), None)
+    node = node_of(pod) if pod is not None else None
+    if node is None:
+        return None
+    return {"pod": failure.pod, "node": node, "time": format_time(now)}
+
+
+def from_repeat(
+    failure: PodFailure,
+    pods: Sequence[Mapping[str, Any]],
+    last: Mapping[str, Any] | None,
+    now: datetime,
+    window: float,
+) -> Suspect | None:
+    """The node when this restart's decisive failure came from the node of the last one
+    (`last`, status.lastFailure), at most `window` seconds ago, and the gang ran on more
+    than one node (on one node, the program and the node cannot be told apart)."""
+    site = failure_site(failure, pods, now)
+    if site is None or not last or failure.reason == "OOMKilled":
+        return None
+    when = parse_time(last.get("time"))
+    if last.get("node") != site["node"] or when is None or (now - when).total_seconds() > window:
+        return None
+    if len({n for p in pods if (n := node_of(p))}) < 2:
+        return None
+    return Suspect(
+        site["node"],
+        f"two gangs in a row failed first there: pod {last.get('pod')}, then pod "
+        f"{failure.pod} ({failure.reason or 'exit'} {failure.exit_code})"[:WHY_LIMIT],
+    )
 
 
 def from_stall(

@@ -25,6 +25,8 @@ from helpers.jobs import (
 from helpers.kube import EXIT_CODE, events_for, unique, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator")]
+# The chart's taintSuspectNodes: a suspect node is tainted (the last test clears its own).
+OPERATOR_ENV = {"DTJOB_TAINT_SUSPECT_NODES": "true"}
 DEADLINE = 10  # runPolicy.progressDeadlineSeconds' least value
 
 
@@ -190,9 +192,36 @@ def test_a_node_two_jobs_avoid_is_kept_off_by_every_job(cluster: Any, namespace:
         60, what=f"a SuspectNode event on node {node}",
     )  # fmt: skip
     assert f"restarts of 2 jobs pointed at it ({ns}/{first}, {ns}/{second})" in told[0].message
-    create_job(cluster.api, ns, JobBuilder(third).strategy("DataParallel")
-               .role("worker", 1, gpus=1).build())  # fmt: skip
-    (pod,) = wait_pods_running(cluster.core, ns, third, 1)
-    assert pod.spec.node_name != node
-    assert node in _preferred_off(pod), pod.spec.affinity
-    assert "avoidedNodes" not in status(cluster.api, ns, third)  # not its own avoidance
+    try:
+        # Tainted for an admin to inspect, with the evidence in its annotations.
+        tainted = wait_for(lambda: _suspect_taint(cluster, node), 30, what=f"{node} tainted")
+        assert tainted.effect == "NoSchedule", tainted
+        notes = cluster.core.read_node(node).metadata.annotations
+        assert notes["dtjob.io/suspect-jobs"] == ",".join(
+            sorted([f"{ns}/{first}", f"{ns}/{second}"])
+        )
+        create_job(cluster.api, ns, JobBuilder(third).strategy("DataParallel")
+                   .role("worker", 1, gpus=1).build())  # fmt: skip
+        (pod,) = wait_pods_running(cluster.core, ns, third, 1)
+        assert pod.spec.node_name != node
+        assert node in _preferred_off(pod), pod.spec.affinity
+        assert "avoidedNodes" not in status(cluster.api, ns, third)  # not its own avoidance
+    finally:  # what an admin does after a look: the shared node is whole for later tests
+        _untaint(cluster, node)
+
+
+def _suspect_taint(cluster: Any, node: str) -> Any:
+    taints = cluster.core.read_node(node).spec.taints or []
+    return next((t for t in taints if t.key == "dtjob.io/suspect"), None)
+
+
+def _untaint(cluster: Any, node: str) -> None:
+    obj = cluster.core.read_node(node)
+    kept = [
+        cluster.api.sanitize_for_serialization(t)
+        for t in obj.spec.taints or []
+        if t.key != "dtjob.io/suspect"
+    ]
+    notes = {"dtjob.io/suspect-jobs": None, "dtjob.io/suspect-reason": None}
+    cluster.core.patch_node(node, {"metadata": {"annotations": notes}, "spec": {"taints": kept}},
+                            _content_type="application/merge-patch+json")  # fmt: skip

@@ -252,6 +252,16 @@ def test_rbac_grants_exactly_what_the_code_calls() -> None:
     assert ("", "secrets", "get") not in granted
 
 
+def test_node_patch_is_granted_only_to_taint_suspect_nodes() -> None:
+    from dtjob_operator.k8s import TAINT_CALLS
+
+    docs = render_list("taintSuspectNodes=true")
+    granted = grants(*roles_of(docs, "ClusterRole"), *roles_of(docs, "Role"))
+    assert granted == used_by_the_operator() | TAINT_CALLS
+    assert env(render("taintSuspectNodes=true"))["DTJOB_TAINT_SUSPECT_NODES"] == "true"
+    assert env(render())["DTJOB_TAINT_SUSPECT_NODES"] == "false"
+
+
 def test_leases_only_in_the_release_namespace() -> None:
     docs = render_list()
     assert not any(g[1] == "leases" for g in grants(*roles_of(docs, "ClusterRole")))

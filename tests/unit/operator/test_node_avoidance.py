@@ -1,17 +1,21 @@
 """Nodes that make gangs sick (policies/node_blame.py, plan_nodes.py): a restart that points
 at a node (a hardware fault in the failed container's last words, a node lost, the first-
 stopped rank of a stall) keeps the job's next gangs off it for a time; an ordinary failure
-points at nothing. The pods get a NotIn affinity, the built-in placement never uses the
-node, and the avoidance expires."""
+points at nothing. The pods get a preferred NotIn affinity, the built-in placement keeps the
+gang off the node while it could fit elsewhere, and the avoidance expires."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from unit.operator.builders import at, iso, pods
 from unit.operator.planning import DDP, RUNNING, SETTINGS, condition, ready, run, w
+from unit.operator.test_admission import node, snapshot, view
 
+from dtjob_operator.admission.decide import decide
 from dtjob_operator.admission.fit import Node, PodDemand, can_host, place
 from dtjob_operator.admission.placement import avoiding, keep_off, kept_off
 from dtjob_operator.admission.seam import AdmissionVerdict
@@ -166,6 +170,55 @@ def test_an_ordinary_failure_avoids_nothing() -> None:
     assert condition(p, "Restarting")["reason"] == "PodFailedRetryable"
 
 
+def _site(node: str, seconds_ago: float = 60, pod: str = "j-worker-0") -> dict[str, str]:
+    return {"pod": pod, "node": node, "time": iso(100 - seconds_ago)}
+
+
+TWO_NODES = [_pod("j-worker-0", "gpu-1"), _pod("j-worker-1", "gpu-2")]
+
+
+@pytest.mark.parametrize(
+    ("failure", "last", "pods_", "blamed"),
+    [
+        (_failure("KeyError"), _site("gpu-2"), TWO_NODES, "gpu-2"),  # again from gpu-2
+        (_failure("KeyError"), _site("gpu-1"), TWO_NODES, None),  # the last came from gpu-1
+        (_failure("KeyError"), None, TWO_NODES, None),  # the first failure
+        (_failure("KeyError"), _site("gpu-2", seconds_ago=7200), TWO_NODES, None),  # too old
+        # The whole gang on one node: the program and the node cannot be told apart.
+        (_failure("KeyError"), _site("gpu-2"), [_pod("j-worker-1", "gpu-2")], None),
+        # Out of memory is the program's, repeated or not.
+        (PodFailure("j-worker-1", "trainer", 137, None, "OOMKilled", None), _site("gpu-2"),
+         TWO_NODES, None),
+    ],
+)  # fmt: skip
+def test_two_failures_in_a_row_from_one_node_point_at_it(
+    failure: PodFailure, last: dict[str, str] | None, pods_: list[Any], blamed: str | None
+) -> None:
+    got = node_blame.from_repeat(failure, pods_, last, at(100), 3600)
+    assert (got.node if got else None) == blamed
+    if got is not None:
+        assert got.why == (
+            "two gangs in a row failed first there: pod j-worker-0, then pod j-worker-1 (Error 1)"
+        )
+
+
+def test_the_planner_keeps_each_failures_site_and_avoids_a_node_that_fails_twice() -> None:
+    bad = "Fatal Python error: Segmentation fault"  # exit 139: retryable, names no node alone
+    first = run(RUNNING, ready(0).on_node("gpu-1"),
+                w(1).failed(exit_code=139, finished_at=20, message=bad).on_node("gpu-2"),
+                now=20)  # fmt: skip
+    assert first.status["lastFailure"] == {"pod": "j-worker-1", "node": "gpu-2", "time": iso(20)}
+    assert "avoidedNodes" not in first.status
+    again = RUNNING.copy().with_full_status(
+        {**RUNNING.obj()["status"], "restarts": 1, "lastFailure": first.status["lastFailure"]}
+    )
+    second = run(again, ready(0, 1).on_node("gpu-1"),
+                 w(1, 1).failed(exit_code=139, finished_at=80, message=bad).on_node("gpu-2"),
+                 now=80)  # fmt: skip
+    assert [a["node"] for a in second.status["avoidedNodes"]] == ["gpu-2"], second.status
+    assert second.status["avoidedNodes"][0]["reason"].startswith("two gangs in a row failed")
+
+
 def test_avoidance_off_when_the_operator_says_zero() -> None:
     observed = Observed(
         job=RUNNING.obj(), pods=pods(ready(0), w(1).failed(message=XID).on_node("gpu-2")),
@@ -251,3 +304,38 @@ def test_topology_packing_puts_an_avoided_host_last_at_every_level() -> None:
     # Only n0 has room: the gang still goes there rather than wait.
     placed = place_gang(pods, nodes({"n0": 8, "n1": 0, "n2": 0}), [rack, host])
     assert placed is not None and placed.nodes == ("n0", "n0"), placed
+
+
+def _avoiding(job: Any, *nodes: str) -> Any:
+    return replace(job, gang=tuple(replace(p, avoid=frozenset(nodes)) for p in job.gang))
+
+
+def test_a_gang_waits_for_room_off_its_avoided_node_when_it_could_fit_there() -> None:
+    # n1 is free, n2 is busy; the gang avoids n1 but n2 alone could hold it when free.
+    nodes = [node("n1", 8), node("n2", 8, free=0)]
+    result = decide(snapshot([_avoiding(view("j", 2, 4), "n1")], nodes), preemption=False)
+    verdict = result.verdicts["j"]
+    assert verdict.admit is False and "j" not in result.placements
+    assert "it keeps off n1 (nodes its restarts or other jobs' pointed at" in verdict.message
+    assert "free nvidia.com/gpu per Ready node: 0" in verdict.message, verdict.message
+    # A job behind it in another namespace still gets n1: the avoidance is the gang's own.
+    other = view("k", 1, 8, ns="b", created=1)
+    result = decide(snapshot([_avoiding(view("j", 2, 4), "n1"), other], nodes), preemption=False)
+    assert result.placements["k"] == {"0": "n1"}
+
+
+def test_a_gang_that_could_never_fit_off_its_avoided_nodes_goes_there_rather_than_wait() -> None:
+    # Two 8-GPU pods on two nodes: without n1 the gang could never fit, so n1 is used.
+    nodes = [node("n1", 8), node("n2", 8)]
+    result = decide(snapshot([_avoiding(view("j", 2, 8), "n1")], nodes), preemption=False)
+    assert result.verdicts["j"].admit and sorted(result.placements["j"].values()) == ["n1", "n2"]
+
+
+def test_a_restarted_gang_waits_off_the_node_its_fault_named() -> None:
+    gang = _avoiding(view("r", 1, 8, admitted=True, started=False, restarted=1), "n1")
+    busy = [node("n1", 8), node("n2", 8, free=0)]
+    result = decide(snapshot([gang], busy), preemption=False)
+    assert result.refit == {} and result.release["r"].reason == "WaitingForAdmission"
+    assert "it keeps off n1" in result.release["r"].message
+    result = decide(snapshot([gang], [node("n1", 8), node("n2", 8)]), preemption=False)
+    assert result.refit == {"r": 1} and result.placements["r"] == {"0": "n2"}
