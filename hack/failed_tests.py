@@ -5,10 +5,11 @@
 hack/test-lanes.sh calls it when a lane failed. It reads the lanes' exit codes (phases.tsv,
 hack/timed.sh) and each tier's junit XML, and writes `rerun/<tier>.args` (pytest node ids, one
 a line, for `pytest @file`) for each tier to run again: unit and unit-helper as `unit`,
-`integration`, `e2e`. Exits 0 when every failed lane failed only by tests it names, and they
-are few (`--most`); else 1, saying why: a lane that failed before or beside its tests (a
-broken build, a collection error, the GPU rehearsal's script), or more failures than a
-loaded machine explains, is a failure as it stands. Standard library only.
+integration and integration-2 as `integration`, `e2e`. Exits 0 when every failed lane
+failed only by tests it names, and they are few (`--most`); else 1, saying why: a lane
+that failed before or beside its tests (a broken build, a collection error, the GPU
+rehearsal's script), or more failures than a loaded machine explains, is a failure as it
+stands. Standard library only.
 """
 
 from __future__ import annotations
@@ -19,7 +20,13 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 # The lane steps whose failures may be tests run again, and the tier that runs them again.
-RERUN_AS = {"unit": "unit", "unit-helper": "unit", "integration": "integration", "e2e": "e2e"}
+RERUN_AS = {
+    "unit": "unit",
+    "unit-helper": "unit",
+    "integration": "integration",
+    "integration-2": "integration",
+    "e2e": "e2e",
+}
 
 
 def node_id(case: ET.Element) -> str | None:

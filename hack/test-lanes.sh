@@ -3,6 +3,11 @@
 # make targets:
 #   unit:        the GPU rehearsal, then tests/unit (CPU-bound: torch ranks on every core)
 #   integration: tests/integration, on a control plane of its own (fake GPU nodes)
+#   integration-2: a second process over tests/integration, on a second control plane,
+#                that takes test files from the end while the first takes them from the
+#                start (tests/helpers/file_queue.py): the integration tests mostly wait on
+#                the API server and the operator's passes, and one process over all of
+#                them was the run's longest lane (25-40 min)
 #   e2e:         the e2e tier on the default cluster with the real node (DTJOB_E2E=0: none)
 #   unit-helper: started when the first cluster lane ends, a second process over tests/unit
 #                that takes test files from the end while the unit lane takes them from the
@@ -46,12 +51,16 @@ unit_lane() {
 }
 
 integration_lane() {
-  # Its own cluster, unless the tests are pointed at one (DTJOB_KUBECONFIG).
-  export DTJOB_CLUSTER_STATE=${DTJOB_INTEGRATION_CLUSTER_STATE:-$CACHE/cluster-integration}
-  export DTJOB_CLUSTER_PORT_BASE=${DTJOB_INTEGRATION_PORT_BASE:-16540}
-  "$TIMED" "lane:integration" "${M[@]}" _pytest PYTEST_PATHS=tests/integration \
-    PYTEST_MARK="not e2e and not gpu" PYTEST_TIER=integration
+  # Its own cluster, unless the tests are pointed at one (DTJOB_KUBECONFIG); the second
+  # lane's is another (its state and ports), and the two share the files.
+  local tier=$1 from_end=$2 state=$3 port=$4
+  export DTJOB_CLUSTER_STATE=$state DTJOB_CLUSTER_PORT_BASE=$port
+  DTJOB_TEST_CLAIMS=${DTJOB_LANES_INTEGRATION_CLAIMS:-} DTJOB_TEST_CLAIMS_FROM_END=$from_end \
+    "$TIMED" "lane:$tier" "${M[@]}" _pytest PYTEST_PATHS=tests/integration \
+    PYTEST_MARK="not e2e and not gpu" PYTEST_TIER="$tier"
 }
+INTEGRATION_STATE=${DTJOB_INTEGRATION_CLUSTER_STATE:-$CACHE/cluster-integration}
+INTEGRATION_PORT=${DTJOB_INTEGRATION_PORT_BASE:-16540}
 
 e2e_lane() {
   "$TIMED" "lane:e2e" "${M[@]}" test-e2e
@@ -73,8 +82,7 @@ rerun() {
     unit) "$TIMED" "lane:rerun-unit" "${M[@]}" _pytest PYTEST_PATHS="@$args" \
       PYTEST_MARK="not e2e and not gpu" PYTEST_TIER=rerun-unit ;;
     integration)
-      export DTJOB_CLUSTER_STATE=${DTJOB_INTEGRATION_CLUSTER_STATE:-$CACHE/cluster-integration}
-      export DTJOB_CLUSTER_PORT_BASE=${DTJOB_INTEGRATION_PORT_BASE:-16540}
+      export DTJOB_CLUSTER_STATE=$INTEGRATION_STATE DTJOB_CLUSTER_PORT_BASE=$INTEGRATION_PORT
       "$TIMED" "lane:rerun-integration" "${M[@]}" _pytest PYTEST_PATHS="@$args" \
         PYTEST_MARK="not e2e and not gpu" PYTEST_TIER=rerun-integration ;;
     e2e) "$TIMED" "lane:rerun-e2e" "${M[@]}" test-e2e PYTEST_PATHS="@$args" E2E_TIER=rerun-e2e ;;
@@ -85,19 +93,24 @@ rerun() {
 case "${1:-}" in
   rerun) rerun "$2" "$3"; exit ;;
   unit) unit_lane; exit ;;
-  integration) integration_lane; exit ;;
+  integration) integration_lane integration 0 "$INTEGRATION_STATE" "$INTEGRATION_PORT"; exit ;;
+  integration-2)
+    integration_lane integration-2 1 "$INTEGRATION_STATE-2" "$((INTEGRATION_PORT + 100))"; exit ;;
   e2e) e2e_lane; exit ;;
   unit-helper) unit_tests unit-helper 1; exit ;;
 esac
 lanes=(unit integration)
+# A second integration process only where a second control plane is ours to start.
+[ -n "${DTJOB_KUBECONFIG:-}" ] || [ "${DTJOB_INTEGRATION_LANES:-2}" = 1 ] || lanes+=(integration-2)
 if [ "${DTJOB_E2E:-1}" != 0 ]; then
   lanes+=(e2e)
 else
   echo "make test: e2e tier left out (DTJOB_E2E=0); make test-e2e runs it alone"
 fi
 export DTJOB_LANES_CLAIMS=${TEST_REPORTS:-$(pwd)/.test-reports}/unit-claims
-rm -rf "$DTJOB_LANES_CLAIMS"
-mkdir -p "$DTJOB_LANES_CLAIMS"
+export DTJOB_LANES_INTEGRATION_CLAIMS=${TEST_REPORTS:-$(pwd)/.test-reports}/integration-claims
+rm -rf "$DTJOB_LANES_CLAIMS" "$DTJOB_LANES_INTEGRATION_CLAIMS"
+mkdir -p "$DTJOB_LANES_CLAIMS" "$DTJOB_LANES_INTEGRATION_CLAIMS"
 # The machine's load beside the lanes, every 2 minutes: the load average and the six
 # busiest processes of that moment (top's second pass: CPU over the last second, not since
 # their start). A run far slower than its committed figure then shows whether something

@@ -159,8 +159,20 @@ def stage_tensor_parallel_degree(spec: DistributedTrainingJobSpec) -> int:
     return tp.size if tp is not None else 1
 
 
-# How often each rank publishes its heartbeat (the trainer's default, said explicitly).
+# How often each rank publishes its heartbeat (the trainer's default, said explicitly), at
+# most: a shorter progress deadline gets faster beats (heartbeat_seconds).
 HEARTBEAT_SECONDS = 10
+
+
+def heartbeat_seconds(policy: RunPolicy) -> int:
+    """DTJ_HEARTBEAT_SECONDS: HEARTBEAT_SECONDS, or a sixth of an explicit progress deadline
+    when that is less (at least 1 s). Rank 0 calls a rank stopped after two silent beats and
+    the summary reaches the operator on the next report: at 10 s beats a 10 s deadline
+    would be declared before the summary named the rank that stopped first."""
+    deadline = policy.progressDeadlineSeconds
+    if deadline is None:
+        return HEARTBEAT_SECONDS
+    return max(1, min(HEARTBEAT_SECONDS, deadline // 6))
 
 
 def stall_dump_seconds(policy: RunPolicy) -> int | None:
@@ -237,7 +249,7 @@ def build_env(
         # not a multiple of dp x tp) has each process compute its own as rank // (dp x tp).
         first = (me.base_rank - offset) // width
         env["DTJ_STAGE_INDEX"] = str(first) if role == "stage" else "0"
-    env["DTJ_HEARTBEAT_SECONDS"] = str(HEARTBEAT_SECONDS)
+    env["DTJ_HEARTBEAT_SECONDS"] = str(heartbeat_seconds(spec.runPolicy))
     if (dump := stall_dump_seconds(spec.runPolicy)) is not None:
         env["DTJ_STALL_DUMP_SECONDS"] = str(dump)
     env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "1"

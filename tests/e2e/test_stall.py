@@ -40,11 +40,11 @@ def test_a_hung_rank_is_declared_stalled_named_and_the_gang_resumes(
     hang = [
         {"name": "DTJ_FAULT_HANG_AT_STEP", "value": str(HANG_AT)},
         {"name": "DTJ_FAULT_HANG_RANK", "value": "1"},
-        # Slower first: 50 ms of CPU more per step, heartbeats every 2 s (3 in a row make a
-        # straggler). The first gang only, as the hang.
+        # Slower first: 150 ms of CPU more per step, the first gang only, as the hang. The
+        # heartbeats come every 5 s (a sixth of the deadline): 3 slow ones in a row make a
+        # straggler, well before the hang.
         {"name": "DTJ_FAULT_SLOW_RANK", "value": "1"},
-        {"name": "DTJ_FAULT_SLOW_SECONDS", "value": "0.05"},
-        {"name": "DTJ_HEARTBEAT_SECONDS", "value": "2"},
+        {"name": "DTJ_FAULT_SLOW_SECONDS", "value": "0.15"},
     ]
     job = e2e.apply_example(
         "data-parallel", ns, checkpoint__claimName=claim, checkpoint__everySteps=50,

@@ -31,17 +31,19 @@ def _phases(path: Path, **rcs: int) -> None:
 
 
 def test_failed_tests_of_failed_lanes_get_their_node_ids(tmp_path: Path) -> None:
-    _phases(tmp_path / "phases.tsv", gpu_rehearsal=0, unit=2, unit_helper=2, integration=2)
+    _phases(tmp_path / "phases.tsv", gpu_rehearsal=0, unit=2, unit_helper=2, integration=2,
+            integration_2=2)  # fmt: skip
     _xml(
         tmp_path / "unit.xml", ("tests.unit.a", "test_x[FSDP]", True), ("tests.unit.a", "ok", False)
     )
     _xml(tmp_path / "unit-helper.xml", ("tests.unit.b.TestC", "test_y", True))
     _xml(tmp_path / "integration.xml", ("tests.integration.c", "test_z", True))
+    _xml(tmp_path / "integration-2.xml", ("tests.integration.d", "test_w", True))
     todo, why = load().plan(tmp_path, most=4)
     assert why == ""
     assert todo == {
         "unit": ["tests/unit/a.py::test_x[FSDP]", "tests/unit/b.py::TestC::test_y"],
-        "integration": ["tests/integration/c.py::test_z"],
+        "integration": ["tests/integration/c.py::test_z", "tests/integration/d.py::test_w"],
     }
 
 

@@ -306,3 +306,19 @@ def test_every_value_is_a_string() -> None:
     spec = a_job().with_strategy("Hybrid").with_stages(4, gpus=1).job().spec
     for var in build_env("j", "ns", spec, "stage", 3, 1):
         assert isinstance(var["value"], str), var
+
+
+@pytest.mark.parametrize(
+    ("deadline", "beat", "dump"),
+    [(None, "10", "450"), (600, "10", "450"), (30, "5", "22"), (10, "1", "7")],
+)
+def test_heartbeats_come_faster_under_a_short_progress_deadline(
+    deadline: int | None, beat: str, dump: str
+) -> None:
+    # Two silent beats make a rank "stopped" in rank 0's summary: that must reach the
+    # operator before the deadline does, or the stall is declared without the rank named.
+    job = a_job().with_workers(2)
+    if deadline is not None:
+        job = job.with_run_policy(progressDeadlineSeconds=deadline)
+    env = env_of(job, "worker", 0)
+    assert (env["DTJ_HEARTBEAT_SECONDS"], env["DTJ_STALL_DUMP_SECONDS"]) == (beat, dump)
