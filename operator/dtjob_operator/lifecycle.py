@@ -116,7 +116,7 @@ from dtjob_operator.policies.pods import (
     name_of,
     stale_pods,
 )
-from dtjob_operator.policies.stall import Stall
+from dtjob_operator.policies.stall import STALL_GRACE_SECONDS, Stall
 from dtjob_operator.policies.success_policy import SuccessVerdict, judge_success
 from dtjob_operator.policies.times import format_time, seconds_until
 from dtjob_operator.policies.waiting import why_not_running
@@ -327,6 +327,9 @@ class _Planner(ElasticSteps, StallSteps, NodeSteps):
         said, resume = self._stall_detail(stall)
         suspect = self._suspect_of_stall()
         self.progress_watch = None  # the next gang is watched anew
+        # Its ranks are stuck: SIGTERM cannot make them checkpoint (the trainer saves at its
+        # next step), and the stacks are kept already. A short grace, not the pods' own.
+        self.delete_grace = STALL_GRACE_SECONDS
         return self._restart_gang(
             REASON_STALLED, said, True, policy, resume=resume, suspect=suspect,
             stalled=stall.still_seconds,

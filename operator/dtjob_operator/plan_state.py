@@ -75,6 +75,7 @@ class PlanState:
         self.conditions: list[ConditionUpdate] = []
         self.create: list[Manifest] = []
         self.delete: set[str] = set()
+        self.delete_grace: int | None = None  # Plan.delete_grace_seconds
         self.events: list[Event] = []
         self.requeue: list[float] = []
         self.queue_position: int | None = None
@@ -308,6 +309,7 @@ class PlanState:
             status=status,
             create=self.create,
             delete_pods=sorted(self.delete),
+            delete_grace_seconds=self.delete_grace if self.delete else None,
             force_delete_pods=force,
             events=self.events,
             gpu_seconds=added,

@@ -76,6 +76,10 @@ class Plan:
     """Manifests of missing children, in creation order; creating one that exists is a no-op."""
     delete_pods: list[str] = field(default_factory=list)
     """Names of pods to delete."""
+    delete_grace_seconds: int | None = None
+    """Their grace period when not their own terminationGracePeriodSeconds (a stalled gang's:
+    its ranks are stuck and cannot checkpoint on SIGTERM, so waiting it out is GPU time
+    lost)."""
     force_delete_pods: list[str] = field(default_factory=list)
     """Names of pods to delete with grace period 0 (terminating on a lost node)."""
     delete_job: bool = False

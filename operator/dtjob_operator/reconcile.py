@@ -324,7 +324,12 @@ class Reconciler:
             keep_stall_stacks(self.api, self._pool, job, pods, observed.progress, stall.message)
         if plan.delete_pods:
             log.info("deleting pods of %s/%s: %s", namespace, name, ", ".join(plan.delete_pods))
-        list(self._pool.map(lambda pod: self.api.delete_pod(namespace, pod), plan.delete_pods))
+        grace = plan.delete_grace_seconds
+
+        def delete(pod: str) -> None:
+            self.api.delete_pod(namespace, pod, grace)
+
+        list(self._pool.map(delete, plan.delete_pods))
         for pod in plan.force_delete_pods:
             log.info("force-deleting pod %s/%s: terminating on a lost node", namespace, pod)
             self.api.delete_pod(namespace, pod, grace_seconds=0)

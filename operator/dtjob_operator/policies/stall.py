@@ -35,6 +35,11 @@ from dtjob_operator.policies.times import format_time, parse_time, seconds_until
 # not announce (a custom image) or a slow write of the progress report itself.
 MULTIPLE = 10
 FLOOR_SECONDS = 600
+# A stalled gang's pods are deleted with this grace period, not their own (60 s by
+# default): its ranks are stuck and cannot checkpoint on SIGTERM; a few seconds let a rank
+# that can still exit flush its log. bench/stall_detection.py: the restart took 96-147 s
+# from the declaration to training again while the pods' 60 s ran out.
+STALL_GRACE_SECONDS = 5
 # Weight of the newest step-time sample: the operator sees a move when the report arrives,
 # not when the step ended, so one sample is jittered by up to a report interval; a quarter
 # smooths that and still follows a real change of pace within a few reports.

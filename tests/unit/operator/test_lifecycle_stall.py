@@ -56,6 +56,8 @@ def test_a_still_step_past_the_deadline_restarts_the_gang_as_stalled() -> None:
     assert p.status["reason"] == "Stalled"
     assert p.events == [Event("Warning", "Stalled", message)]
     assert p.delete_pods == ["j-worker-0", "j-worker-1"]
+    # Stuck ranks cannot checkpoint on SIGTERM: a short grace, not the pods' 60 s.
+    assert p.delete_grace_seconds == 5
     assert "progressWatch" not in p.status
 
 

@@ -168,6 +168,7 @@ def test_an_ordinary_failure_avoids_nothing() -> None:
     assert p.status["phase"] == "Restarting" and "avoidedNodes" not in p.status
     assert not [e for e in p.events if e.reason == "NodeAvoided"]
     assert condition(p, "Restarting")["reason"] == "PodFailedRetryable"
+    assert p.delete_pods and p.delete_grace_seconds is None  # the pods' own: they checkpoint
 
 
 def _site(node: str, seconds_ago: float = 60, pod: str = "j-worker-0") -> dict[str, str]:
