@@ -270,7 +270,9 @@ class AdmissionController:
         # job, its size: the maximum while it waits, then the admitted one.
         meta = job["metadata"]
         size = self.book.unwritten_size(job)
-        restarts = (job.get("status") or {}).get("restarts")
+        # As gang_pods reads it: no restarts yet and 0 restarts are one gang (the first
+        # status write says 0, and a key that moved with it built every gang twice).
+        restarts = (job.get("status") or {}).get("restarts") or 0
         # Only an elastic job's gang changes with its admission (builders/job.at_size): a
         # fixed one's is built once, not again when it is admitted.
         sized = (size, elastic_size(job), is_admitted(job)) if is_elastic(job) else None
