@@ -264,11 +264,14 @@ class KubeApi:
         if kind not in creators:
             raise ValueError(f"cannot create a {kind}: not a child kind of a job")
         try:
-            creators[kind](ns, obj)
+            # The answer is read and dropped, not made into the client's model objects: that
+            # was most of a create's CPU, and nothing reads it (the watch brings the object).
+            resp = creators[kind](ns, obj, _preload_content=False)
         except ApiException as exc:
             if exc.status == 409:
                 return False
             raise
+        cast(Any, resp).data  # noqa: B018 - read to the end: the connection goes back to the pool
         return True
 
     def read_child(self, kind: str, namespace: str, name: str) -> Obj | None:
@@ -360,7 +363,10 @@ class KubeApi:
             "count": 1,
         }
         try:
-            self.core.create_namespaced_event(meta["namespace"], cast(Any, body))
+            resp = self.core.create_namespaced_event(
+                meta["namespace"], cast(Any, body), _preload_content=False
+            )
+            cast(Any, resp).data  # noqa: B018 - read and dropped, as in create()
         except ApiException as exc:
             log.warning("could not record event %s on %s: %s", reason, meta["name"], exc.reason)
 

@@ -20,21 +20,27 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from dtjob_operator.admission.book import AdmissionBook
 from dtjob_operator.admission.decide import Decisions, decide
-from dtjob_operator.admission.resources import Resources, gpu_units, pod_requests
+from dtjob_operator.admission.resources import (
+    Resources,
+    gpu_units,
+    pod_host_ports,
+    pod_requests,
+)
 from dtjob_operator.admission.snapshot import (
     GangPod,
     Snapshot,
+    ViewMemo,
     build_snapshot,
     gang_pods,
     is_admitted,
     requeue_not_before,
 )
 from dtjob_operator.api_client import is_transport_error
-from dtjob_operator.builders.job import elastic_size
+from dtjob_operator.builders.job import elastic_size, is_elastic
 from dtjob_operator.k8s import KubeApi, versions
 from dtjob_operator.metrics import OperatorMetrics
 from dtjob_operator.policies.node_blame import cluster_suspects
@@ -45,6 +51,7 @@ from dtjob_operator.settings import OperatorSettings
 log = logging.getLogger(__name__)
 JobKey = tuple[str, str]
 Obj = Mapping[str, Any]
+T = TypeVar("T")
 
 
 class Reads(Protocol):
@@ -92,6 +99,8 @@ class AdmissionController:
         # Pod requests by (uid, resourceVersion): a pod's requests change only with a new
         # version; kept for the pods of the last pass.
         self._requests: dict[tuple[object, object], Resources] = {}
+        self._host_ports: dict[tuple[object, object], tuple[str, ...]] = {}  # likewise
+        self._views = ViewMemo()  # the jobs' views, viewed again only when they change
         self._nothing_waits = False  # the last pass found no job waiting for admission
 
     def request(self) -> None:
@@ -224,26 +233,36 @@ class AdmissionController:
             ),
             now=datetime.now(UTC),
             requests_of=self._requests_memo(),
+            host_ports_of=self._pod_memo(self._host_ports, pod_host_ports),
             topology_levels=s.topology_levels,
             last=self._suspects,
+            memo=self._views,
         )
 
     def _requests_memo(self) -> Callable[[Obj], Resources]:
         """pod_requests of a pod's spec, remembered per pod version across passes."""
-        old, self._requests = self._requests, {}
+        return self._pod_memo(self._requests, pod_requests)
 
-        def requests_of(pod: Obj) -> Resources:
+    def _pod_memo(
+        self, memo: dict[tuple[object, object], T], compute: Callable[[Obj], T]
+    ) -> Callable[[Obj], T]:
+        """compute() of a pod's spec, remembered in `memo` per pod version (a pod's spec
+        changes only with a new version) for the pods of the last pass."""
+        old = dict(memo)
+        memo.clear()
+
+        def of(pod: Obj) -> T:
             meta = pod.get("metadata") or {}
             key = (meta.get("uid"), meta.get("resourceVersion"))
             if key[0] is None or key[1] is None:
-                return pod_requests(pod.get("spec") or {})
-            found = self._requests.get(key) or old.get(key)
-            if found is None:
-                found = pod_requests(pod.get("spec") or {})
-            self._requests[key] = found
+                return compute(pod.get("spec") or {})
+            if key in memo:
+                return memo[key]
+            found = old[key] if key in old else compute(pod.get("spec") or {})
+            memo[key] = found
             return found
 
-        return requests_of
+        return of
 
     def _gang_of(self, job: Obj) -> list[GangPod] | None:
         # Building a gang's pod manifests is the costly part of a pass; the gang changes only
@@ -251,8 +270,12 @@ class AdmissionController:
         # job, its size: the maximum while it waits, then the admitted one.
         meta = job["metadata"]
         size = self.book.unwritten_size(job)
-        restarts = (job.get("status") or {}).get("restarts")
-        sized = (size, elastic_size(job), is_admitted(job))
+        # As gang_pods reads it: no restarts yet and 0 restarts are one gang (the first
+        # status write says 0, and a key that moved with it built every gang twice).
+        restarts = (job.get("status") or {}).get("restarts") or 0
+        # Only an elastic job's gang changes with its admission (builders/job.at_size): a
+        # fixed one's is built once, not again when it is admitted.
+        sized = (size, elastic_size(job), is_admitted(job)) if is_elastic(job) else None
         key = (meta["uid"], meta.get("generation"), restarts, sized)
         if key not in self._gangs:
             self._gangs[key] = self._build_gang(job, size)

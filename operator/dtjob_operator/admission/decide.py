@@ -19,8 +19,8 @@ preempted. Pure: a Snapshot in, Decisions out.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from dtjob_operator.admission import elastic, messages
 from dtjob_operator.admission.fit import (
@@ -31,6 +31,7 @@ from dtjob_operator.admission.fit import (
     empty_nodes,
     gang_shape,
     place,
+    place_on,
     place_on_empty,
     quota_shortfall,
 )
@@ -104,6 +105,7 @@ def decide(snapshot: Snapshot, *, preemption: bool) -> Decisions:
     """The admission pass (see the module docstring)."""
     quotas = {ns: Quota(dict(q.hard), dict(q.room)) for ns, q in snapshot.quotas.items()}
     nodes = [Node(n.name, n.allocatable, dict(n.free), n.labels, n.taints) for n in snapshot.nodes]
+    by_name = {n.name: n for n in nodes}
     admitted = [j for j in snapshot.jobs if j.admitted]
     levels = snapshot.topology_levels
     result = Decisions()
@@ -122,7 +124,7 @@ def decide(snapshot: Snapshot, *, preemption: bool) -> Decisions:
             for pod in job.unscheduled:  # a gang that cannot be placed still holds what it can
                 place([pod], nodes)
         if job.missing:
-            where = _kept(job, snapshot.kept.get(job.uid) or {}, nodes)
+            where = _kept(job, snapshot.kept.get(job.uid) or {}, by_name)
             if where is None:
                 unkept.append(job)
             else:
@@ -133,7 +135,7 @@ def decide(snapshot: Snapshot, *, preemption: bool) -> Decisions:
     for job in in_queue_order(j for j in admitted if j.restarted is not None):
         result.keys[job.uid] = job.key
         kept = snapshot.kept.get(job.uid) or {}
-        if (why := _refit(job, kept, quotas, nodes, levels, result)) is not None:
+        if (why := _refit(job, kept, quotas, nodes, by_name, levels, result)) is not None:
             result.release[job.uid] = Verdict(False, why[0], messages.no_longer_fits(why[1]))
             result.release_generation[job.uid] = job.restarted or 0
         else:
@@ -301,6 +303,7 @@ def _refit(
     kept: dict[str, str],
     quotas: dict[str, Quota],
     nodes: list[Node],
+    by_name: Mapping[str, Node],
     levels: Sequence[str],
     result: Decisions,
 ) -> tuple[str, str] | None:
@@ -314,7 +317,7 @@ def _refit(
         return REASON_WAITING_FOR_ADMISSION, messages.quota_short(
             job.namespace, job.need, quota, short
         )
-    where = _pinned(job.gang, job.pod_names, kept, nodes)
+    where = _pinned(job.gang, job.pod_names, kept, by_name)
     usable = _off_avoided(job, nodes, levels)
     placed = (
         (where, describe(on_nodes(list(where.values()), nodes, levels)))
@@ -334,14 +337,17 @@ def _refit(
     return None
 
 
-def _kept(job: JobView, kept: dict[str, str], nodes: Sequence[Node]) -> dict[str, str] | None:
+def _kept(job: JobView, kept: dict[str, str], by_name: Mapping[str, Node]) -> dict[str, str] | None:
     """The missing pods reserved where an earlier pass placed them, if all still fit there
     (a later pass must not move them: another gang may have been placed around them)."""
-    return _pinned(job.missing, job.missing_names, kept, nodes)
+    return _pinned(job.missing, job.missing_names, kept, by_name)
 
 
 def _pinned(
-    pods: Sequence[PodDemand], names: Sequence[str], kept: dict[str, str], nodes: Sequence[Node]
+    pods: Sequence[PodDemand],
+    names: Sequence[str],
+    kept: dict[str, str],
+    by_name: Mapping[str, Node],
 ) -> dict[str, str] | None:
     """The pods taken on the nodes `kept` names for them, if every one has a node there and
     they all still fit; else None (and nothing taken). Not a node a pod now avoids (a
@@ -351,8 +357,7 @@ def _pinned(
         return None
     if any(kept[name] in pod.avoid for pod, name in zip(pods, names, strict=True)):
         return None
-    pinned = [replace(pod, node_name=kept[name]) for pod, name in zip(pods, names, strict=True)]
-    if not place(pinned, nodes):
+    if not place_on(pods, [kept[name] for name in names], by_name):
         return None
     return {name: kept[name] for name in names}
 

@@ -109,7 +109,7 @@ def grow(
     whole). One that has had that room for its cooldown, and was not resized for as long,
     grows; the room it takes is taken off for the jobs after it."""
     now = snapshot.now
-    for job in in_queue_order(admitted):
+    for job in in_queue_order(j for j in admitted if j.elastic_max is not None):
         if job.elastic_max is None or job.namespace in waiting or job.missing or job.unscheduled:
             continue
         if job.resizable_at is None or job.uid in result.preempt:

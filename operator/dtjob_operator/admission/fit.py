@@ -21,6 +21,7 @@ from dtjob_operator.admission.resources import (
     MEMORY,
     Resources,
     accelerator_units,
+    add,
     node_covers,
     subtract,
 )
@@ -80,13 +81,18 @@ def tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Mapping[str, Any]
     return False
 
 
-def can_host(node: Node, pod: PodDemand, free: Mapping[str, int]) -> bool:
-    """Pin, selector, taints and free resources all allow the pod on the node."""
+def admits(node: Node, pod: PodDemand) -> bool:
+    """Pin, selector and taints allow the pod on the node (its room aside)."""
     if pod.node_name is not None and pod.node_name != node.name:
         return False
     if any(node.labels.get(k) != v for k, v in pod.node_selector.items()):
         return False
-    if not all(tolerates(pod.tolerations, t) for t in node.taints):
+    return all(tolerates(pod.tolerations, t) for t in node.taints)
+
+
+def can_host(node: Node, pod: PodDemand, free: Mapping[str, int]) -> bool:
+    """Pin, selector, taints and free resources all allow the pod on the node."""
+    if not admits(node, pod):
         return False
     if any(free.get(port) for port in pod.host_ports):
         return False
@@ -109,24 +115,57 @@ def _size(pod: PodDemand) -> tuple[int, int, int]:
 def place(pods: Sequence[PodDemand], nodes: Sequence[Node], commit: bool = True) -> bool:
     """First-fit-decreasing placement of every pod. On success (and with `commit`) the
     nodes' free resources are reduced by the pods; on failure nothing changes."""
-    free = {n.name: dict(n.free) for n in nodes}
-    for pod in sorted(pods, key=_size, reverse=True):
-        # An avoided node only when no other has room (PodDemand.avoid): a preference. A pod
-        # that avoids nothing scans the nodes once (a gang that does not fit is the common
-        # case in a burst).
-        target = next(
-            (n for n in nodes if n.name not in pod.avoid and can_host(n, pod, free[n.name])),
-            None,
-        )
-        if target is None and pod.avoid:
-            target = next((n for n in nodes if n.name in pod.avoid
-                           and can_host(n, pod, free[n.name])), None)  # fmt: skip
+    # The room of the nodes taken so far (the others' is their own): a pass places every
+    # admitted gang's pods, so copying every node's room per call cost O(gangs x nodes).
+    free: dict[str, Resources] = {}
+    for pod in sorted(pods, key=_size, reverse=True) if len(pods) > 1 else pods:
+        if pod.node_name is not None:  # a pinned pod: that node or none
+            pinned = next((n for n in nodes if n.name == pod.node_name), None)
+            ok = pinned is not None and can_host(pinned, pod, free.get(pinned.name, pinned.free))
+            target = pinned if ok else None
+        else:
+            # An avoided node only when no other has room (PodDemand.avoid): a preference. A
+            # pod that avoids nothing scans the nodes once (a gang that does not fit is the
+            # common case in a burst).
+            target = next((n for n in nodes if n.name not in pod.avoid
+                           and can_host(n, pod, free.get(n.name, n.free))), None)  # fmt: skip
+            if target is None and pod.avoid:
+                target = next((n for n in nodes if n.name in pod.avoid
+                               and can_host(n, pod, free.get(n.name, n.free))), None)  # fmt: skip
         if target is None:
             return False
-        free[target.name] = take(free[target.name], pod)
+        free[target.name] = take(free.get(target.name, target.free), pod)
     if commit:
         for n in nodes:
-            n.free = free[n.name]
+            if n.name in free:
+                n.free = free[n.name]
+    return True
+
+
+def place_on(pods: Sequence[PodDemand], names: Sequence[str], by_name: Mapping[str, Node]) -> bool:
+    """Each pod on the node named for it (where an earlier pass placed it), all or none:
+    on success the nodes' free resources are reduced by the pods. The same answer as
+    place() of the pods pinned there (requests are never negative, so the pods fit one by
+    one exactly when their sum fits), with one room check a node instead of one a pod: a
+    pass reserves every admitted gang not created yet this way."""
+    on: dict[str, list[PodDemand]] = {}
+    for pod, name in zip(pods, names, strict=True):
+        on.setdefault(name, []).append(pod)
+    taken: dict[str, Resources] = {}
+    for name, group in on.items():
+        node = by_name.get(name)
+        if node is None or not all(admits(node, pod) for pod in group):
+            return False
+        ports = [port for pod in group for port in pod.host_ports]
+        if len(set(ports)) < len(ports) or any(node.free.get(port) for port in ports):
+            return False  # a node holds one pod per host port
+        need = add(*(pod.requests for pod in group))
+        if not node_covers(node.free, need):
+            return False
+        taken[name] = subtract(node.free, need)
+        taken[name].update(dict.fromkeys(ports, 1))
+    for name, room in taken.items():
+        by_name[name].free = room
     return True
 
 

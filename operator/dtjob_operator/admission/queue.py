@@ -46,8 +46,9 @@ def queue_key(job: Queued) -> QueueKey:
 
 
 def in_queue_order(jobs: Iterable[Q]) -> list[Q]:
-    """The jobs, first in line first."""
-    return sorted(jobs, key=queue_key)
+    """The jobs, first in line first (queue_key's order, as a plain tuple: a dataclass
+    compares by building tuples on every comparison)."""
+    return sorted(jobs, key=lambda j: (-j.priority, j.created, j.namespace, j.name))
 
 
 def positions(ordered: Sequence[Queued]) -> dict[str, int]:

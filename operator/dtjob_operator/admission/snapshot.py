@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from functools import cached_property
 from typing import Any
 
 from dtjob_api.status import TERMINAL_PHASES, JobPhase
@@ -94,9 +95,10 @@ class JobView:
     """Live pods of an older generation only: the gang is being replaced (a restart, a
     resize), its new pods not created yet."""
 
-    @property
+    @cached_property
     def need(self) -> Resources:
-        """Requests of the whole gang."""
+        """Requests of the whole gang (a view is kept across passes, and read many times
+        in each: worked out once)."""
         return add(*(p.requests for p in self.gang))
 
     @property
@@ -269,6 +271,10 @@ def _spec_requests(pod: Obj) -> Resources:
     return pod_requests(pod.get("spec") or {})
 
 
+def _spec_host_ports(pod: Obj) -> tuple[str, ...]:
+    return pod_host_ports(pod.get("spec") or {})
+
+
 def _add_into(total: Resources, amount: Mapping[str, int]) -> None:
     for key, value in amount.items():
         total[key] = total.get(key, 0) + value
@@ -286,25 +292,34 @@ def build_snapshot(
     not_before: Callable[[Obj], datetime | None],
     now: datetime,
     requests_of: Callable[[Obj], Resources] | None = None,
+    host_ports_of: Callable[[Obj], tuple[str, ...]] | None = None,
     topology_levels: Sequence[str] = (),
     last: frozenset[str] = frozenset(),
+    memo: ViewMemo | None = None,
 ) -> Snapshot:
     """Fold the listed objects into a Snapshot (see the module docstring). `requests_of`
     gives a pod's requests (pod_requests of its spec unless given: the controller memoises
-    it per pod version, parsing 10,000 pods' quantities was most of a pass). Every gang
+    it per pod version, parsing 10,000 pods' quantities was most of a pass), `host_ports_of`
+    the ports it binds (pod_host_ports, likewise). Every gang
     avoids the nodes named in `last` (the cluster's suspect nodes), and they come after the
-    others in the node order: a pod goes there only when no other node has room."""
+    others in the node order: a pod goes there only when no other node has room. `memo`
+    keeps the JobViews between passes (ViewMemo): a job whose view's sources did not change
+    is not viewed again."""
     requests = requests_of or _spec_requests
+    host_ports = host_ports_of or _spec_host_ports
     ns_used: dict[str, Resources] = {}
     node_used: dict[str, Resources] = {}
     node_ports: dict[str, set[str]] = {}
     by_job: dict[tuple[str, str], list[Obj]] = {}
+    pod_versions: dict[tuple[str, str], list[tuple[object, object]]] = {}  # for `memo`
     for pod in pods:
         meta = pod.get("metadata") or {}
         ns = meta.get("namespace", "")
         job_name = (meta.get("labels") or {}).get(LABEL_JOB_NAME)
         if job_name:
             by_job.setdefault((ns, job_name), []).append(pod)
+            version = (meta.get("uid"), meta.get("resourceVersion"))
+            pod_versions.setdefault((ns, job_name), []).append(version)
         if not _live(pod):
             continue
         req = requests(pod)
@@ -312,7 +327,7 @@ def build_snapshot(
         node_name = (pod.get("spec") or {}).get("nodeName")
         if node_name:
             _add_into(node_used.setdefault(node_name, {}), req)
-            for port in pod_host_ports(pod.get("spec") or {}):
+            for port in host_ports(pod):
                 node_ports.setdefault(node_name, set()).add(port)
 
     ready_nodes = []
@@ -341,14 +356,87 @@ def build_snapshot(
         folded[ns] = Quota(hard=hard, room=room)
 
     views = []
+    classes = versions_of(priority_classes)
     for job in jobs:
-        view = job_view(job, by_job, priority_classes, gang_of, admitted, not_before, requests)
+        if memo is not None and viewable(job):
+
+            def build(j: Obj, gang: Sequence[GangPod] | None, yes: bool) -> JobView | None:
+                return job_view(j, by_job, priority_classes, lambda _: gang, lambda _: yes,
+                                not_before, requests)  # fmt: skip
+
+            meta = job.get("metadata") or {}
+            versions = pod_versions.get((meta.get("namespace", ""), meta.get("name", "")), [])
+            view = memo.view(job, tuple(versions), classes, gang_of, admitted, build)
+        else:
+            view = job_view(job, by_job, priority_classes, gang_of, admitted, not_before, requests)
         if view is not None and last:  # every gang avoids the suspects, as its own nodes
             view = replace(view, gang=tuple(replace(p, avoid=p.avoid | last) for p in view.gang))
         if view is not None:
             views.append(view)
+    if memo is not None:
+        memo.next_pass()
     return Snapshot(jobs=views, quotas=folded, nodes=ready_nodes, now=now, namespaces_used=ns_used,
                     topology_levels=tuple(topology_levels))  # fmt: skip
+
+
+def versions_of(objs: Iterable[Obj]) -> tuple[tuple[object, object], ...]:
+    """(uid, resourceVersion) of each object: what identifies the objects as they are."""
+    return tuple(
+        ((o.get("metadata") or {}).get("uid"), (o.get("metadata") or {}).get("resourceVersion"))
+        for o in objs
+    )
+
+
+class ViewMemo:
+    """The JobViews of the last pass, by what each was built from: the job's and its pods'
+    versions, its gang (the controller's memo hands the same list while the gang is the
+    same), its admission in the book and the PriorityClasses' versions. A view reads nothing
+    else (not the clock: the pass's `now` is decide's), so a pass views again only the jobs
+    that changed; in a burst of 200 gangs, viewing every job was half of each pass. Objects
+    without a uid or resourceVersion (hand-made ones) are viewed every pass. Holds the jobs
+    of the last pass only."""
+
+    def __init__(self) -> None:
+        self._views: dict[object, tuple[tuple[object, ...], object, JobView | None]] = {}
+        self._seen: dict[object, tuple[tuple[object, ...], object, JobView | None]] = {}
+
+    def view(
+        self,
+        job: Obj,
+        pods: tuple[tuple[object, object], ...],
+        classes: tuple[tuple[object, object], ...],
+        gang_of: Callable[[Obj], Sequence[GangPod] | None],
+        admitted: Callable[[Obj], bool],
+        build: Callable[[Obj, Sequence[GangPod] | None, bool], JobView | None],
+    ) -> JobView | None:
+        """The job's view as `build(job, gang, admitted)` makes it, built again only when
+        a source changed; `pods`: versions_of the pods labelled as the job's."""
+        meta = job.get("metadata") or {}
+        uid, version = meta.get("uid"), meta.get("resourceVersion")
+        gang, yes = gang_of(job), admitted(job)
+        if uid is None or version is None or any(p[0] is None or p[1] is None for p in pods):
+            return build(job, gang, yes)
+        key = (version, pods, classes, yes)
+        prior = self._views.get(uid) or self._seen.get(uid)
+        if prior is not None and prior[0] == key and prior[1] is gang:
+            self._seen[uid] = prior
+            return prior[2]
+        view = build(job, gang, yes)
+        self._seen[uid] = (key, gang, view)
+        return view
+
+    def next_pass(self) -> None:
+        """Forget the jobs the pass just ended did not look at."""
+        self._views, self._seen = self._seen, {}
+
+
+def viewable(job: Obj) -> bool:
+    """Not finished, suspended or being deleted: a job admission has to do with."""
+    meta = job.get("metadata") or {}
+    status = job.get("status") or {}
+    if meta.get("deletionTimestamp") or status.get("phase") in TERMINAL_PHASES:
+        return False
+    return not (job.get("spec") or {}).get("suspend")
 
 
 def job_view(
@@ -362,12 +450,10 @@ def job_view(
 ) -> JobView | None:
     """The job's view; None for a job admission has nothing to do with (finished,
     suspended, being deleted, or with a spec that does not parse)."""
+    if not viewable(job):
+        return None
     meta = job.get("metadata") or {}
     status = job.get("status") or {}
-    if meta.get("deletionTimestamp") or status.get("phase") in TERMINAL_PHASES:
-        return None
-    if (job.get("spec") or {}).get("suspend"):
-        return None
     gang = gang_of(job)
     if gang is None:
         return None

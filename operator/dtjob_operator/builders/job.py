@@ -62,6 +62,14 @@ def elastic_size(obj: Mapping[str, Any]) -> int | None:
     return size if isinstance(size, int) and size > 0 else None
 
 
+def is_elastic(obj: Mapping[str, Any]) -> bool:
+    """The job's workers have a minReplicas: its gang's size can change (at_size); any
+    other job's gang is the same at every size asked."""
+    roles = (obj.get("spec") or {}).get("roles")
+    worker = roles.get("worker") if isinstance(roles, Mapping) else None
+    return isinstance(worker, Mapping) and worker.get("minReplicas") is not None
+
+
 def at_size(spec: DistributedTrainingJobSpec, size: int | None) -> DistributedTrainingJobSpec:
     """An elastic spec with `size` worker pods; any other spec, or a size outside
     [minReplicas, replicas], unchanged."""
