@@ -130,7 +130,9 @@ class LastFailure(ApiModel):
     """The pod whose failure decided the last gang restart, and its node."""
 
     pod: str | None = None
+    """The failed pod."""
     node: str | None = None
+    """The node it ran on."""
     time: str | None = None
     """When the restart began."""
 

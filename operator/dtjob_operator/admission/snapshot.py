@@ -33,6 +33,7 @@ from dtjob_operator.constants import (
     LABEL_JOB_NAME,
     STATUS_TRUE,
 )
+from dtjob_operator.policies import node_blame
 from dtjob_operator.policies.times import parse_time
 from dtjob_operator.settings import OperatorSettings
 
@@ -142,11 +143,6 @@ def gang_pods(
         manifests = build_pods(parsed, restarts, settings)
     except (ValueError, KeyError, TypeError):
         return None
-    avoided = frozenset(
-        str(a["node"])
-        for a in (job.get("status") or {}).get("avoidedNodes") or []
-        if isinstance(a, dict) and a.get("node")
-    )
     result = []
     for m in manifests:
         spec = m["spec"]
@@ -155,9 +151,6 @@ def gang_pods(
             node_selector=dict(spec.get("nodeSelector") or {}),
             tolerations=tuple(spec.get("tolerations") or ()),
             host_ports=pod_host_ports(spec),
-            # The job's avoided nodes (its status; the planner adds the preference to the
-            # pods when it creates them, plan_state._missing_pods).
-            avoid=avoided,
         )
         result.append(GangPod(m["metadata"]["name"], demand, spec.get("priorityClassName")))
     return result
@@ -369,14 +362,27 @@ def build_snapshot(
             view = memo.view(job, tuple(versions), classes, gang_of, admitted, build)
         else:
             view = job_view(job, by_job, priority_classes, gang_of, admitted, not_before, requests)
-        if view is not None and last:  # every gang avoids the suspects, as its own nodes
-            view = replace(view, gang=tuple(replace(p, avoid=p.avoid | last) for p in view.gang))
+        # The nodes the gang keeps off: the job's own avoided nodes (status.avoidedNodes, as
+        # of `now`: an avoidance expires while the job waits, its status unchanged) and the
+        # cluster's suspects. Added each pass, after the memos: neither a gang nor a view
+        # is rebuilt when only the clock moved.
+        off = _avoided_nodes(job, now) | last if view is not None else frozenset()
+        if view is not None and off:
+            view = replace(view, gang=tuple(replace(p, avoid=p.avoid | off) for p in view.gang))
         if view is not None:
             views.append(view)
     if memo is not None:
         memo.next_pass()
     return Snapshot(jobs=views, quotas=folded, nodes=ready_nodes, now=now, namespaces_used=ns_used,
                     topology_levels=tuple(topology_levels))  # fmt: skip
+
+
+def _avoided_nodes(job: Obj, now: datetime) -> frozenset[str]:
+    """The job's unexpired avoided nodes (status.avoidedNodes; policies/node_blame.py)."""
+    entries = (job.get("status") or {}).get("avoidedNodes")
+    if not entries:  # nearly every job
+        return frozenset()
+    return frozenset(a.node for a in node_blame.read(entries, now))
 
 
 def versions_of(objs: Iterable[Obj]) -> tuple[tuple[object, object], ...]:

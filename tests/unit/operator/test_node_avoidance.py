@@ -340,3 +340,27 @@ def test_a_restarted_gang_waits_off_the_node_its_fault_named() -> None:
     assert "it keeps off n1" in result.release["r"].message
     result = decide(snapshot([gang], [node("n1", 8), node("n2", 8)]), preemption=False)
     assert result.refit == {"r": 1} and result.placements["r"] == {"0": "n2"}
+
+
+def test_an_avoidance_that_expires_while_the_job_waits_stops_counting_at_once() -> None:
+    from dtjob_operator.admission.snapshot import ViewMemo, build_snapshot, gang_pods
+
+    # Queued, its status unchanged since the restart that named gpu-2 (until t=600): the
+    # pass sees the avoidance before, not after, even with the job's view remembered.
+    job = DDP.copy().with_full_status({
+        "phase": "Queued", "restarts": 1,
+        "avoidedNodes": [{"node": "gpu-2", "reason": "x", "until": iso(600)}],
+    }).obj()  # fmt: skip
+    job["metadata"]["resourceVersion"] = "7"
+    memo = ViewMemo()
+
+    def off_at(seconds: float) -> set[frozenset[str]]:
+        snap = build_snapshot(
+            jobs=[job], pods=[], nodes=[], quotas=[], priority_classes=[],
+            gang_of=lambda j: gang_pods(j, SETTINGS), admitted=lambda j: False,
+            not_before=lambda j: None, now=at(seconds), memo=memo, last=frozenset(),
+        )  # fmt: skip
+        return {p.avoid for p in snap.jobs[0].gang}
+
+    assert off_at(100) == {frozenset({"gpu-2"})}
+    assert off_at(601) == {frozenset()}
