@@ -104,14 +104,17 @@ def _operator_killed_while_kueue_admits(cluster: Any, op: OperatorProcess, ns: s
     workloads = custom(cluster).list_namespaced_custom_object(GROUP, VERSION, ns, "workloads")
     assert len(workloads["items"]) == 1, [w["metadata"]["name"] for w in workloads["items"]]
     now = sorted(p.metadata.uid for p in all_pods(cluster.core, ns, a))
+    # One legitimate second gang: Kueue's waitForPodsReady counts from its admission, made
+    # while the operator was down, and an operator slow to start on a loaded machine had
+    # the gang ready past the package's 15 s: Kueue evicted it (a preemption in the job's
+    # status) and it was made again, before or after `pods` was read. Any other cause is a
+    # second gang this test exists to catch.
+    said = [e.message for e in cluster.core.list_namespaced_event(
+        ns, field_selector=f"involvedObject.name={a}").items]  # fmt: skip
+    timed_out = any("PodsReadyTimeout" in m for m in said)
     if now != sorted(p.metadata.uid for p in pods):
-        # One legitimate second gang: Kueue's waitForPodsReady counts from its admission,
-        # made while the operator was down, and an operator slow to start on a loaded
-        # machine had the gang ready past the package's 15 s: Kueue evicted it and it was
-        # made again. Any other cause is a second gang this test exists to catch.
-        said = [e.message for e in cluster.core.list_namespaced_event(
-            ns, field_selector=f"involvedObject.name={a}").items]  # fmt: skip
-        assert any("PodsReadyTimeout" in m for m in said), (story(cluster, ns, a), said)
+        assert timed_out, (story(cluster, ns, a), said)
     assert len(job_pods(cluster.core, ns, a)) == 2
     st = status(cluster.api, ns, a)
-    assert st["phase"] == "Running" and not (st.get("admission") or {}).get("preemptions"), st
+    preempted = (st.get("admission") or {}).get("preemptions") or 0
+    assert st["phase"] == "Running" and preempted <= (1 if timed_out else 0), (st, said)
