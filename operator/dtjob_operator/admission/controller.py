@@ -33,12 +33,12 @@ from dtjob_operator.admission.resources import (
 from dtjob_operator.admission.snapshot import (
     GangPod,
     Snapshot,
-    ViewMemo,
     build_snapshot,
     gang_pods,
     is_admitted,
     requeue_not_before,
 )
+from dtjob_operator.admission.view_memo import ViewMemo
 from dtjob_operator.api_client import is_transport_error
 from dtjob_operator.builders.job import elastic_size, is_elastic
 from dtjob_operator.k8s import KubeApi, versions

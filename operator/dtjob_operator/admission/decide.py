@@ -41,6 +41,7 @@ from dtjob_operator.admission.resources import add, subtract
 from dtjob_operator.admission.snapshot import JobView, Snapshot
 from dtjob_operator.admission.topology import (
     TopologyRequest,
+    avoided_nodes,
     commit,
     describe,
     on_nodes,
@@ -252,7 +253,7 @@ def _judge(
     else:
         why = messages.capacity_short(job.gang, usable)
     if usable is not nodes:
-        why += messages.keeping_off(_avoided(job.gang))
+        why += messages.keeping_off(avoided_nodes(job.gang))
     blocked[job.namespace] = f"{job.name}\0{why}"
     if preemption and job.can_preempt and job.namespace not in releasing:
 
@@ -329,7 +330,7 @@ def _refit(
             return REASON_INADMISSIBLE, messages.capacity_never(job.gang, nodes)
         why = messages.capacity_short(job.gang, usable)
         if usable is not nodes:
-            why += messages.keeping_off(_avoided(job.gang))
+            why += messages.keeping_off(avoided_nodes(job.gang))
         return REASON_WAITING_FOR_ADMISSION, why
     result.placements[job.uid], result.domains[job.uid] = placed
     if quota is not None:
@@ -362,10 +363,6 @@ def _pinned(
     return {name: kept[name] for name in names}
 
 
-def _avoided(gang: Sequence[PodDemand]) -> frozenset[str]:
-    return frozenset().union(*(p.avoid for p in gang))
-
-
 def _off_avoided(
     job: JobView, nodes: list[Node], levels: Sequence[str], known: bool | None = None
 ) -> list[Node]:
@@ -376,7 +373,7 @@ def _off_avoided(
     is what this buys). When it never could, they are all kept, the avoided ones tried
     last (fit.place, topology.py): an avoidance never strands a job. `known`: that answer
     from an earlier gang of the same shape in the pass (it depends on the shape only)."""
-    avoided = _avoided(job.gang)
+    avoided = avoided_nodes(job.gang)
     if not avoided or known is False:
         return nodes
     rest = [n for n in nodes if n.name not in avoided]

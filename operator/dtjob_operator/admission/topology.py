@@ -73,7 +73,7 @@ def _short(room: tuple[int, int, int], need: int) -> bool:
     return room[0] < need
 
 
-def _avoided(pods: Sequence[PodDemand]) -> frozenset[str]:
+def avoided_nodes(pods: Sequence[PodDemand]) -> frozenset[str]:
     """The nodes any pod of the gang avoids (PodDemand.avoid): domains holding one come
     after every other, at each level, so they are used only when nothing else has room."""
     return frozenset().union(*(p.avoid for p in pods))
@@ -96,7 +96,7 @@ def _on_hosts(pods: Sequence[PodDemand], hosts: Sequence[Node], free: Free) -> l
     """Pods in rank order onto hosts: one host when one holds them all (the fullest such
     host), else the roomiest hosts first, each taking the next ranks while they fit. Hosts
     the gang avoids (PodDemand.avoid) come after every other, either way: a preference."""
-    avoided = _avoided(pods)
+    avoided = avoided_nodes(pods)
     by_room = sorted(hosts, key=lambda n: (n.name in avoided, _room(free[n.name]), n.name))
     for host in by_room:
         left = dict(free[host.name])
@@ -131,7 +131,7 @@ def _within(
         return _on_hosts(pods, nodes, free)
     children = _groups(nodes, levels[0])
     rest = levels[1:]
-    off = _avoided(pods)
+    off = avoided_nodes(pods)
     by_room = sorted(
         children.values(), key=lambda c: (_holds(c, off), _domain_room(c, free), c[0].name)
     )
@@ -215,7 +215,7 @@ def place_gang(
         # Best fit over the whole level. Best fit level by level (the fullest block, then
         # rack, then host) was tried: more gangs in one rack on one trace, longer waits on
         # all three (bench/placement.py, docs/design/topology-admission.md).
-        off = _avoided(pods)
+        off = avoided_nodes(pods)
         domains = sorted(_groups(nodes, levels[i]).items(),
                          key=lambda kv: (_holds(kv[1], off), _domain_room(kv[1], free),
                                          kv[0]))  # fmt: skip

@@ -62,8 +62,7 @@ class Avoided:
 def from_failure(failure: PodFailure, pods: Sequence[Mapping[str, Any]]) -> Suspect | None:
     """The node of the decisive failure's pod, when the container's last words name a
     hardware fault; else None."""
-    pod = next((p for p in pods if name_of(p) == failure.pod), None)
-    node = node_of(pod) if pod is not None else None
+    node = _node_of_failed(failure, pods)
     if node is None:
         return None
     line = hardware_fault(failure.detail)
@@ -72,12 +71,17 @@ def from_failure(failure: PodFailure, pods: Sequence[Mapping[str, Any]]) -> Susp
     return Suspect(node, f"pod {failure.pod} failed with a hardware fault: {line}"[:WHY_LIMIT])
 
 
+def _node_of_failed(failure: PodFailure, pods: Sequence[Mapping[str, Any]]) -> str | None:
+    """The node the failed pod ran on; None when unknown (never scheduled, not listed)."""
+    pod = next((p for p in pods if name_of(p) == failure.pod), None)
+    return node_of(pod) if pod is not None else None
+
+
 def failure_site(
     failure: PodFailure, pods: Sequence[Mapping[str, Any]], now: datetime
 ) -> dict[str, str] | None:
     """status.lastFailure: the pod whose failure decided a restart, its node and when."""
-    pod = next((p for p in pods if name_of(p) == failure.pod), None)
-    node = node_of(pod) if pod is not None else None
+    node = _node_of_failed(failure, pods)
     if node is None:
         return None
     return {"pod": failure.pod, "node": node, "time": format_time(now)}

@@ -1,4 +1,4 @@
-"""What the admission pass remembers between passes (admission/snapshot.ViewMemo) and its
+"""What the admission pass remembers between passes (admission/view_memo.ViewMemo) and its
 shortcut for kept reservations (fit.place_on): the same answers as working it all out again,
 which is what the burst benchmark's CPU figure rests on."""
 
@@ -13,7 +13,8 @@ from unit.operator.test_admission import node
 
 from dtjob_operator.admission.fit import PodDemand, place, place_on
 from dtjob_operator.admission.resources import GPU, PODS
-from dtjob_operator.admission.snapshot import ViewMemo, build_snapshot, gang_pods, is_admitted
+from dtjob_operator.admission.snapshot import build_snapshot, gang_pods, is_admitted
+from dtjob_operator.admission.view_memo import ViewMemo
 from dtjob_operator.settings import OperatorSettings
 
 SETTINGS = OperatorSettings()

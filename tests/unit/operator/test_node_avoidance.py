@@ -343,7 +343,8 @@ def test_a_restarted_gang_waits_off_the_node_its_fault_named() -> None:
 
 
 def test_an_avoidance_that_expires_while_the_job_waits_stops_counting_at_once() -> None:
-    from dtjob_operator.admission.snapshot import ViewMemo, build_snapshot, gang_pods
+    from dtjob_operator.admission.snapshot import build_snapshot, gang_pods
+    from dtjob_operator.admission.view_memo import ViewMemo
 
     # Queued, its status unchanged since the restart that named gpu-2 (until t=600): the
     # pass sees the avoidance before, not after, even with the job's view remembered.
