@@ -12,6 +12,11 @@ DOMAIN: Final = "dtjob.io"
 # set them (a user label could otherwise move a pod into another job's gang).
 RESERVED_PREFIX: Final = f"{DOMAIN}/"
 LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
+# spec.managedBy: who runs a job. Empty or this operator's own name: this operator (the
+# cluster it was applied to). Kueue's MultiKueue: another cluster runs it, the one Kueue
+# dispatched a copy to; here the operator only queues it (docs/multikueue.md).
+MANAGED_BY_OPERATOR: Final = f"{DOMAIN}/operator"
+MANAGED_BY_MULTIKUEUE: Final = "kueue.x-k8s.io/multikueue"
 
 TRAINER_CONTAINER: Final = "trainer"
 RENDEZVOUS_PORT_NAME: Final = "rendezvous"

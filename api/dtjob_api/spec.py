@@ -4,6 +4,7 @@ The run policy (run_policy.py) and the bundled trainer's settings (trainer_spec.
 their own modules so each file reads in one sitting; every name is re-exported here, so
 `from dtjob_api.spec import RunPolicy` keeps working."""
 
+import re
 from enum import StrEnum
 from typing import Annotated, Any, cast
 
@@ -18,7 +19,12 @@ from pydantic import (
 )
 
 from dtjob_api.base import ApiModel
-from dtjob_api.contract import CONFIG_MOUNT_DIR, SHM_MOUNT_PATH
+from dtjob_api.contract import (
+    CONFIG_MOUNT_DIR,
+    MANAGED_BY_MULTIKUEUE,
+    MANAGED_BY_OPERATOR,
+    SHM_MOUNT_PATH,
+)
 from dtjob_api.paths import cel_not_reserved, cel_plain
 from dtjob_api.placement import PlacementSpec
 from dtjob_api.resource_names import (
@@ -499,3 +505,10 @@ class DistributedTrainingJobSpec(ApiModel):
     """PriorityClass of the job's pods and of the job in the admission queue."""
     placement: PlacementSpec | None = None
     """Topology placement of the gang."""
+    managedBy: str | None = Field(
+        default=None,
+        pattern=rf"^({re.escape(MANAGED_BY_OPERATOR)}|{re.escape(MANAGED_BY_MULTIKUEUE)})$",
+    )
+    """Who runs the job: empty or dtjob.io/operator, the operator of this cluster;
+    kueue.x-k8s.io/multikueue, a worker cluster Kueue's MultiKueue dispatches it to (this
+    cluster only queues it; docs/multikueue.md). Immutable."""

@@ -179,6 +179,12 @@ KUEUE_VERSION: Final = "v1beta2"
 KUEUE_QUEUE_LABEL: Final = f"{KUEUE_GROUP}/queue-name"
 REASON_WAITING_FOR_KUEUE: Final = "WaitingForKueue"
 REASON_NO_LOCAL_QUEUE: Final = "NoLocalQueue"
+# MultiKueue (kueue/multikueue.py): a job sent to a queue that dispatches to other clusters
+# without spec.managedBy; a worker's copy whose Workload is not there (yet) or not its own;
+# and, on the manager, the Events that say where a dispatched job is.
+REASON_MANAGED_BY_REQUIRED: Final = "ManagedByRequired"
+REASON_PREBUILT_WORKLOAD: Final = "WaitingForPrebuiltWorkload"
+REASON_DISPATCHED: Final = "Dispatched"
 # Kueue (or an admin: kueuectl stop workload) deactivated the job's Workload: its gang stops
 # and the job stays Suspended until the Workload is active again.
 REASON_DEACTIVATED: Final = "Deactivated"

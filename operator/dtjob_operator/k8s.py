@@ -75,6 +75,10 @@ API_CALLS: frozenset[tuple[str, str, str]] = frozenset(
         ("kueue.x-k8s.io", "workloads/status", "patch"),
         ("kueue.x-k8s.io", "resourceflavors", "get"),
         ("kueue.x-k8s.io", "workloadpriorityclasses", "get"),
+        # Does a job's LocalQueue lead to MultiKueue (kueue/multikueue.py)?
+        ("kueue.x-k8s.io", "localqueues", "get"),
+        ("kueue.x-k8s.io", "clusterqueues", "get"),
+        ("kueue.x-k8s.io", "admissionchecks", "get"),
     }
 )
 

@@ -39,10 +39,12 @@ from dtjob_operator.constants import (
     REASON_RECONCILE_ERROR,
     REASON_STALLED,
 )
+from dtjob_operator.dispatched import DispatchedJobs
 from dtjob_operator.health import Heartbeats
 from dtjob_operator.job_metrics import STRAGGLER_FIELD
 from dtjob_operator.k8s import KubeApi, Obj
 from dtjob_operator.kill_points import AFTER_ADMISSION_WRITTEN, KillPoints
+from dtjob_operator.kueue.multikueue import dispatched
 from dtjob_operator.metrics import OperatorMetrics
 from dtjob_operator.pod_reads import PodReads
 from dtjob_operator.policies.ownership import owned_by
@@ -115,6 +117,8 @@ class Reconciler:
         self.admission = AdmissionRouter(
             api, settings, metrics, self.queue.add, is_leader, self.caches
         )
+        # Jobs MultiKueue runs on other clusters (on a manager): their Workloads alone.
+        self.dispatched = DispatchedJobs(api, self.admission)
         self._failures: dict[JobKey, int] = {}
         # The identity of each job being reconciled, to attach a Warning event to a job
         # whose reconcile failed in a way we did not foresee.
@@ -269,6 +273,9 @@ class Reconciler:
         if path is not None:
             self._fail_too_deep(job, path)
             return None
+        if dispatched(job):  # MultiKueue runs it on a worker; the manager only queues it
+            self.dispatched.reconcile(job)
+            return self.settings.resync_seconds
         pods = [p for p in self.caches.job_pods_of(namespace, name, uid) if owned_by(p, uid)]
         config_maps = [
             c for c in self.caches.job_config_maps_of(namespace, name) if owned_by(c, uid)
@@ -421,5 +428,6 @@ class Reconciler:
         self._seen.pop(key, None)
         if job is not None:
             self.children.forget(job["metadata"]["uid"])
+            self.dispatched.forget(job["metadata"]["uid"])
         self.caches.forget(job["metadata"]["uid"] if job is not None else None, key)
         self.admission.forget(key, job)  # its reservation, its Workload

@@ -131,4 +131,8 @@ tests/unit/operator/test_chart.py fails on any difference.
 - apiGroups: [kueue.x-k8s.io]
   resources: [workloads/status]
   verbs: [patch]
+# Does a job's LocalQueue lead to MultiKueue (docs/multikueue.md)?
+- apiGroups: [kueue.x-k8s.io]
+  resources: [localqueues]
+  verbs: [get]
 {{- end }}

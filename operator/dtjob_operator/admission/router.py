@@ -3,11 +3,12 @@ admission mode and the job's Kueue queue label.
 
 - mode "kueue": every job is Kueue's (one without the label goes to kueueDefaultQueue);
 - mode "external": every job is the external backend's (labels are someone else's);
-- mode "builtin" (the default): a job labelled kueue.x-k8s.io/queue-name is Kueue's, any
-  other the built-in admission's. A job that Kueue held (status.admission.backend) and
-  that lost its label stays Kueue's until Kueue's adapter has handed it over: its gang
-  stopped and its Workload gone, so that no quota is held twice and no two admissions ever
-  hold pods of the same job (kueue/backend.py, `_hand_over`).
+- mode "builtin" (the default): a job labelled kueue.x-k8s.io/queue-name is Kueue's, and
+  so is one whose spec.managedBy is MultiKueue; any other the built-in admission's. A job
+  that Kueue held (status.admission.backend) and that lost its label stays Kueue's until
+  Kueue's adapter has handed it over: its gang stopped and its Workload gone, so that no
+  quota is held twice and no two admissions ever hold pods of the same job
+  (kueue/backend.py, `_hand_over`).
 
 The reconcile asks `route(job)` for the backend (the one that held the job before lets go
 of it), hands that backend's verdict to the planner and tells the same backend what the
@@ -27,6 +28,7 @@ from dtjob_operator.admission.seam import AdmissionBackend, JobKey, Obj
 from dtjob_operator.k8s import KubeApi
 from dtjob_operator.kueue.api import KueueApi
 from dtjob_operator.kueue.backend import KueueBackend
+from dtjob_operator.kueue.multikueue import dispatched
 from dtjob_operator.kueue.workload import queue_of
 from dtjob_operator.metrics import OperatorMetrics
 from dtjob_operator.settings import OperatorSettings
@@ -85,7 +87,7 @@ class AdmissionRouter:
         if self.external is not None:
             return self.external
         assert self.builtin is not None and self.kueue is not None
-        if queue_of(job) is not None:
+        if queue_of(job) is not None or dispatched(job):  # MultiKueue is Kueue's alone
             return self.kueue
         if recorded_backend(job) == AdmissionBackendName.KUEUE:
             phase = (job.get("status") or {}).get("phase")

@@ -1,6 +1,7 @@
-"""Kueue's API as the Kueue backend uses it (backend.py): its Workloads, ResourceFlavors and
-WorkloadPriorityClasses, as raw JSON. Every call goes through the operator's guarded client
-(KubeApi.custom), so the same allow-list, leadership check and retries apply."""
+"""Kueue's API as the Kueue backend uses it (backend.py): its Workloads, ResourceFlavors,
+WorkloadPriorityClasses, and the queues and AdmissionChecks that say whether a job's queue
+leads to MultiKueue (multikueue.py), as raw JSON. Every call goes through the operator's
+guarded client (KubeApi.custom), so the same allow-list, leadership check and retries apply."""
 
 from __future__ import annotations
 
@@ -121,6 +122,27 @@ class KueueApi:
         return read_or_none(
             self.custom.get_cluster_custom_object, KUEUE_GROUP, KUEUE_VERSION,
             "workloadpriorityclasses", name,
+        )  # fmt: skip
+
+    def get_local_queue(self, namespace: str, name: str) -> Obj | None:
+        """A Kueue LocalQueue as raw JSON, or None when it does not exist."""
+        return read_or_none(
+            self.custom.get_namespaced_custom_object, KUEUE_GROUP, KUEUE_VERSION, namespace,
+            "localqueues", name,
+        )  # fmt: skip
+
+    def get_cluster_queue(self, name: str) -> Obj | None:
+        """A Kueue ClusterQueue as raw JSON, or None when it does not exist."""
+        return read_or_none(
+            self.custom.get_cluster_custom_object, KUEUE_GROUP, KUEUE_VERSION, "clusterqueues",
+            name,
+        )  # fmt: skip
+
+    def get_admission_check(self, name: str) -> Obj | None:
+        """A Kueue AdmissionCheck as raw JSON, or None when it does not exist."""
+        return read_or_none(
+            self.custom.get_cluster_custom_object, KUEUE_GROUP, KUEUE_VERSION,
+            "admissionchecks", name,
         )  # fmt: skip
 
     def create_workload(self, body: Obj) -> bool:

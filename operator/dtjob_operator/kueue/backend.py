@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from dtjob_api import GROUP, KIND, VERSION
 from dtjob_api.status import TERMINAL_PHASES, AdmissionBackendName, JobPhase
 from dtjob_operator.admission.placement import PlacementConflict, place
 from dtjob_operator.admission.seam import (
@@ -48,11 +49,20 @@ from dtjob_operator.constants import (
     REASON_ADMISSION_CONFLICT,
     REASON_ADMISSION_WITHDRAWN,
     REASON_DEACTIVATED,
+    REASON_MANAGED_BY_REQUIRED,
     REASON_NO_LOCAL_QUEUE,
+    REASON_PREBUILT_WORKLOAD,
     REASON_WAITING_FOR_ADMISSION,
     REASON_WAITING_FOR_KUEUE,
 )
 from dtjob_operator.kueue.api import KueueApi, KueueNotServed
+from dtjob_operator.kueue.multikueue import (
+    PREBUILT_WORKLOAD_ANNOTATION,
+    MultiKueueLookup,
+    cluster_name,
+    dispatched,
+    prebuilt_workload,
+)
 from dtjob_operator.kueue.verdict import (
     admitted_counts,
     admitted_message,
@@ -63,6 +73,7 @@ from dtjob_operator.kueue.verdict import (
     verdict,
 )
 from dtjob_operator.kueue.workload import (
+    JOB_UID_LABEL,
     PRIORITY_LABEL,
     QUEUE_LABEL,
     Priority,
@@ -102,6 +113,7 @@ class KueueBackend(AdmissionBackend):
         self.workloads_of = workloads_of
         self.watch_workloads = watch_workloads
         self.metrics = metrics
+        self.multikueue = MultiKueueLookup(api)
         # The Workload each job's view() read, for after() in the same pass (a job is in one
         # worker at a time; no second read).
         self._read: dict[str, Obj | None] = {}
@@ -140,12 +152,26 @@ class KueueBackend(AdmissionBackend):
                     f"{QUEUE_LABEL}=<queue>), or ask the admin for a default (kueueDefaultQueue)"
                 ),
             )
+        prebuilt = prebuilt_workload(job_obj)  # a worker's copy: MultiKueue made it
+        name = prebuilt or name
         workload = self.api.get_workload(job.namespace, name)
         self._read[job.uid] = workload
         if workload is None:
             if held:  # pods never run beside an admission they do not hold
                 return self._withdrawn(f"its Workload {name} is gone")
+            if prebuilt:
+                return self._waiting(
+                    f"waiting for Workload {name}, which MultiKueue makes for this copy of "
+                    f"the job (the job is never given a Workload of its own here)",
+                    REASON_PREBUILT_WORKLOAD,
+                )
             return self._create(job_obj, job, queue, name)
+        if prebuilt and not self._adopted(workload, job):
+            return self._waiting(
+                f"Workload {name}, named by the job's {PREBUILT_WORKLOAD_ANNOTATION} "
+                f"annotation, belongs to another object: it is not this job's to run",
+                REASON_PREBUILT_WORKLOAD,
+            )
         if (workload.get("metadata") or {}).get("deletionTimestamp"):
             if held:
                 return self._withdrawn(f"its Workload {name} is being deleted")
@@ -181,9 +207,18 @@ class KueueBackend(AdmissionBackend):
             if held:
                 return self._withdrawn(f"Kueue ({where}) no longer admits it: {said.waiting}")
             return self._waiting(f"Kueue ({where}): {said.waiting}")
+        if dispatched(job_obj):  # it runs where MultiKueue sent it; nothing to place here
+            where = cluster_name(workload) or "a worker cluster"
+            return AdmissionVerdict(
+                by=self.name, admitted_message=f"MultiKueue dispatched it to {where}"
+            )
         return self._admitted(job_obj, job, workload, pods)
 
     def _create(self, job_obj: Obj, job: Job, queue: str, name: str) -> AdmissionVerdict:
+        if not dispatched(job_obj):
+            route = self.multikueue.route(job.namespace, queue)
+            if route is not None:  # Kueue's webhooks default managedBy; ours is not there
+                return self._waiting(route.needs_managed_by(), REASON_MANAGED_BY_REQUIRED)
         priority = self._priority(job_obj, job)
         if isinstance(priority, str):
             return self._waiting(priority)
@@ -207,6 +242,15 @@ class KueueBackend(AdmissionBackend):
             job = Job.from_object(job_obj, size=size)
             admitted = replace(admitted, elastic_size=size)
         sets = pod_sets(job, self.settings)
+        if prebuilt_workload(job_obj) and (differs := self._out_of_sync(job_obj, workload)):
+            # Made on the manager from the same spec: only operators that build the gang
+            # differently (other versions) disagree. Said on the job, whose status
+            # MultiKueue copies back, rather than re-dispatched without end.
+            message = (
+                f"the Workload MultiKueue made for this copy does not match its gang: {differs}"
+            )
+            self.writes.finish(workload, "FailedToStart", message, None)
+            return replace(admitted, admitted=False, fail=(REASON_ADMISSION_CONFLICT, message))
         present = {str(p.get("metadata", {}).get("name")) for p in pods}
         if all(pod in present for s in sets for pod in s.pods):
             return admitted  # nothing to place: no flavor to read
@@ -229,6 +273,17 @@ class KueueBackend(AdmissionBackend):
             self.writes.finish(workload, "FailedToStart", message, None)
             return replace(admitted, admitted=False, fail=(REASON_ADMISSION_CONFLICT, message))
         return replace(admitted, placements=by_pod)
+
+    def _out_of_sync(self, job_obj: Obj, workload: Obj) -> str | None:
+        """How a prebuilt Workload's podSets differ from the gang's (names and counts, at
+        the job's full size, as its Workload is built), or None."""
+        full = Job.from_object(job_obj, size=FULL_SIZE)
+        want = {p.name: p.count for p in pod_sets(full, self.settings)}
+        have = {str(p.get("name")): int(p.get("count") or 0)
+                for p in (workload.get("spec") or {}).get("podSets") or []}  # fmt: skip
+        if want == have:
+            return None
+        return f"podSets {have} where this cluster's operator builds {want}"
 
     def _hand_over(self, workload: Obj | None, held: Sequence[Obj]) -> AdmissionVerdict:
         """The job's queue label was removed: its gang stops, its Workload goes (its quota
@@ -314,10 +369,28 @@ class KueueBackend(AdmissionBackend):
             return f"spec.priorityClassName names PriorityClass {name}, which does not exist"
         return None
 
-    def _waiting(self, message: str) -> AdmissionVerdict:
-        return AdmissionVerdict(
-            by=self.name, admitted=False, message=message, reason=REASON_WAITING_FOR_KUEUE
-        )
+    def _waiting(self, message: str, reason: str = REASON_WAITING_FOR_KUEUE) -> AdmissionVerdict:
+        return AdmissionVerdict(by=self.name, admitted=False, message=message, reason=reason)
+
+    def _adopted(self, workload: Obj, job: Job) -> bool:
+        """A prebuilt Workload is the job's once it controls it: owned (deleting the job
+        deletes it) and labelled with the job's uid, as Kueue's jobframework adopts one
+        (EnsurePrebuiltWorkloadOwnership); its spec is never changed. False when another
+        object controls it."""
+        meta = workload["metadata"]
+        owners = meta.get("ownerReferences") or []
+        controller = next((o for o in owners if o.get("controller")), None)
+        if controller is not None:
+            return bool(controller.get("uid") == job.uid)
+        ref = {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "name": job.name,
+               "uid": job.uid, "controller": True, "blockOwnerDeletion": True}  # fmt: skip
+        patch = {"metadata": {"ownerReferences": [*owners, ref],
+                              "labels": {JOB_UID_LABEL: job.uid},
+                              "resourceVersion": meta["resourceVersion"]}}  # fmt: skip
+        self.api.patch_workload(job.namespace, meta["name"], patch)
+        log.info("adopted Workload %s/%s, made by MultiKueue for this copy of the job",
+                 job.namespace, meta["name"])  # fmt: skip
+        return True
 
     def after(
         self, job_obj: Obj, old: dict[str, Any], new: dict[str, Any], deleted_pods: bool
@@ -337,7 +410,8 @@ class KueueBackend(AdmissionBackend):
         """The job ended: its Workload Finished, so that Kueue gives its quota back."""
         job = Job.from_object(job_obj)
         try:
-            workload = self.api.get_workload(job.namespace, workload_name(job))
+            name = prebuilt_workload(job_obj) or workload_name(job)
+            workload = self.api.get_workload(job.namespace, name)
         except KueueNotServed:
             return
         if workload is None:

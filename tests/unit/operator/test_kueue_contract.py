@@ -52,6 +52,9 @@ class Kueue:
     def get_resource_flavor(self, name: str) -> dict[str, Any]:
         return {"spec": {"nodeLabels": {"pool": "a"}}}
 
+    def get_local_queue(self, namespace: str, name: str) -> None:
+        return None  # a queue of this cluster: no MultiKueue in these tests
+
 
 JOB = a_job("train", "team-a").with_workers(2, gpus=1)
 
