@@ -15,6 +15,7 @@ import json
 import os
 import time
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -30,11 +31,13 @@ from dtjob_client.history import History, history_config_map, parse_history
 from dtjob_client.jobs import Job, load_manifest
 from dtjob_client.kube import connect, refused
 from dtjob_client.logs import LogLine, read_logs
+from dtjob_client.multikueue import where_note, with_managed_by
 from dtjob_client.queueing import QueueView, queue_view
 from dtjob_client.stalls import ranks_note
 from dtjob_client.why import LABEL_ROLE, Why, current_gang, explain
 
 JOB_LABEL = "dtjob.io/job-name"
+KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta2"
 WATCH_CHUNK_SECONDS = 300  # one watch request at most this long; then re-read and re-watch
 
 
@@ -75,6 +78,7 @@ class Client:
         manifest = load_manifest(job, name)
         ns = namespace or manifest["metadata"].get("namespace") or self.namespace
         manifest["metadata"]["namespace"] = ns
+        manifest = with_managed_by(manifest, self._kueue_object, ns)
         try:
             created: dict[str, Any] = self._jobs.create_namespaced_custom_object(  # type: ignore[assignment]
                 GROUP, VERSION, ns, PLURAL, manifest
@@ -82,6 +86,18 @@ class Client:
         except ApiException as exc:
             raise refused(exc) from None
         return Job.from_api(created)
+
+    def _kueue_object(self, namespace: str | None, plural: str, name: str) -> Any:
+        """A Kueue object, or None where it is absent, Kueue is not installed or the user
+        may not read it (submit then sends the manifest as written)."""
+        try:
+            if namespace:
+                return self._jobs.get_namespaced_custom_object(
+                    KUEUE_GROUP, KUEUE_VERSION, namespace, plural, name
+                )
+            return self._jobs.get_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, plural, name)
+        except ApiException:
+            return None
 
     def get(self, name: str, namespace: str | None = None) -> Job:
         """The job now; JobNotFound if there is none of that name."""
@@ -202,7 +218,7 @@ class Client:
         except ApiException as exc:
             raise refused(exc) from None
         pods = self._pods(name, ns)
-        return explain(
+        why = explain(
             job,
             pods,
             _json(self, events),
@@ -210,6 +226,20 @@ class Client:
             datetime.now(UTC),
             self._reported(name, ns),
         )
+        if (job.raw.get("spec") or {}).get("managedBy"):
+            why = replace(why, where=where_note(job.raw, self._workloads(name, ns)))
+        return why
+
+    def _workloads(self, name: str, namespace: str) -> builtins.list[Mapping[str, Any]]:
+        """The job's Kueue Workloads (none where Kueue is not installed or not readable)."""
+        try:
+            found: Any = self._jobs.list_namespaced_custom_object(
+                KUEUE_GROUP, KUEUE_VERSION, namespace, "workloads",
+                label_selector=f"{JOB_LABEL}={name}",
+            )  # fmt: skip
+        except ApiException:
+            return []
+        return list(found.get("items") or [])
 
     def rank_notes(self, jobs: Iterable[Job]) -> dict[tuple[str, str], str]:
         """For `top`: the started jobs whose trainer's heartbeats name a straggler or a rank

@@ -117,6 +117,8 @@ class Why:
     """The nodes the job's next gangs keep off, until when and why (status.avoidedNodes)."""
     goodput: str | None = None
     """Where the job's GPU time went: training (goodput) and what was lost, by cause."""
+    where: str | None = None
+    """On a MultiKueue manager: the worker cluster that runs the job, or why none does yet."""
 
 
 def explain(

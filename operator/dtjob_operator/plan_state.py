@@ -31,6 +31,7 @@ from dtjob_operator.constants import (
     REASON_PREEMPTED,
 )
 from dtjob_operator.envcontract import rank_layout
+from dtjob_operator.kueue.multikueue import origin
 from dtjob_operator.plan_types import Event, Observed, Plan
 from dtjob_operator.policies import node_blame
 from dtjob_operator.policies.checkpoint_storage import StorageVerdict, judge_checkpoint_storage
@@ -169,6 +170,7 @@ class PlanState:
             self._gang_size(),
             str(self.meta.get("namespace") or ""),
             self.o.checkpoint_claim,
+            dispatched_from=origin(self.o.job),
         )
         self._condition(CONDITION_CHECKPOINT_STORAGE, verdict.ok, verdict.reason, verdict.message)
         prior = self._prior_condition(CONDITION_CHECKPOINT_STORAGE)

@@ -100,8 +100,11 @@ def config(
     *,
     wait_for_pods_ready: dict[str, Any] | None = None,
     fair_sharing: dict[str, Any] | None = None,
+    multikueue_kinds: list[str] | None = None,
 ) -> Path:
-    """Kueue's Configuration for a host process: what the module docstring says."""
+    """Kueue's Configuration for a host process: what the module docstring says.
+    `multikueue_kinds` ("Kind.version.group"): a MultiKueue manager that dispatches these
+    kinds through its generic adapter (docs/multikueue.md)."""
     certs = workdir / "webhook-certs"
     _self_signed(certs)
     if not (METRICS_CERTS / "tls.crt").exists():
@@ -130,6 +133,10 @@ def config(
         cfg["waitForPodsReady"] = wait_for_pods_ready
     if fair_sharing is not None:  # in config v1beta2 its presence turns it on
         cfg["fairSharing"] = fair_sharing
+    if multikueue_kinds:
+        cfg["integrations"]["externalFrameworks"] = multikueue_kinds
+        cfg["multiKueue"] = {"externalFrameworks": [{"name": k} for k in multikueue_kinds],
+                             "gcInterval": "30s", "workerLostTimeout": "60s"}  # fmt: skip
     path = workdir / "kueue-config.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path

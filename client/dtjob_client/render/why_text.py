@@ -29,6 +29,8 @@ def format_why(why: Why) -> str:
         key = _key_condition(why)
         if key is not None and key.message:
             lines.append(f"{key.reason}: {key.message}")
+    if why.where:
+        lines.append(why.where)
     if why.stall:
         lines.append(why.stall)
     if why.domain:

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dtjob_api.contract import MANAGED_BY_MULTIKUEUE
 from dtjob_operator.constants import KUEUE_GROUP
-from dtjob_operator.kueue.api import KueueApi
+
+if TYPE_CHECKING:  # the planner imports the pure part; only the lookup calls the API
+    from dtjob_operator.kueue.api import KueueApi
 
 Obj = dict[str, Any]
 # The AdmissionCheck controller of MultiKueue (kueue.MultiKueueControllerName).

@@ -69,10 +69,12 @@ def judge_checkpoint_storage(
     gang_size: int,
     namespace: str,
     claim: Mapping[str, Any] | None,
+    dispatched_from: str | None = None,
 ) -> StorageVerdict:
     """The CheckpointStorage verdict for a job whose gang has `gang_size` pods; `claim` is
     the PersistentVolumeClaim named by spec.checkpoint.claimName, None when it is missing
-    (ignored when the job names none)."""
+    (ignored when the job names none). `dispatched_from`: the manager cluster a
+    MultiKueue copy came from, whose objects did not travel with it."""
     name = spec.checkpoint.claimName
     if not name:
         return StorageVerdict(
@@ -93,6 +95,13 @@ def judge_checkpoint_storage(
                 f"spec.checkpoint.claimName: PersistentVolumeClaim {name!r} does not exist "
                 f"in namespace {namespace!r}; the pods are created once it exists (create "
                 "it, or fix the name)"
+                + (
+                    f". This is the copy MultiKueue dispatched from {dispatched_from!r}: the "
+                    "objects a job names (claims, ConfigMaps, Secrets) do not travel with "
+                    "it and must exist on this worker cluster too (docs/multikueue.md)"
+                    if dispatched_from
+                    else ""
+                )
             ),
             event_type=EVENT_WARNING,
             blocks_start=True,
