@@ -103,11 +103,11 @@ def local_queue(custom: client.CustomObjectsApi, ns: str, name: str, cluster_que
         "spec": {"clusterQueue": cluster_queue}})  # fmt: skip
 
 
-def connect_workers(manager: Any, workers: list[Worker], check: str) -> None:
+def connect_workers(manager: client.ApiClient, workers: list[Worker], check: str) -> None:
     """On the manager: each worker's kubeconfig in a Secret of Kueue's namespace, a
     MultiKueueCluster for it, one MultiKueueConfig listing them, and the AdmissionCheck
     `check` of MultiKueue's controller; waits until Kueue says the check is Active."""
-    core, custom = manager.core, client.CustomObjectsApi(manager.api)
+    core, custom = client.CoreV1Api(manager), client.CustomObjectsApi(manager)
     ensure_namespace(core, KUEUE_NAMESPACE)
     for worker in workers:
         data = base64.b64encode(worker.kubeconfig.read_bytes()).decode()

@@ -135,9 +135,17 @@ class KueueBackend(AdmissionBackend):
         job = Job.from_object(job_obj)
         held = [p for p in pods if (p.get("status") or {}).get("phase") not in _FINISHED_POD_PHASES]
         name = workload_name(job)
-        if self.settings.admission != "kueue" and queue_of(job_obj) is None:
+        far = dispatched(job_obj)  # MultiKueue's, whatever the mode: it never leaves Kueue
+        if self.settings.admission != "kueue" and queue_of(job_obj) is None and not far:
             return self._hand_over(self.api.get_workload(job.namespace, name), held)
         queue = queue_of(job_obj) or self.settings.kueue_default_queue
+        if not queue and far:
+            return self._waiting(
+                f"spec.managedBy says Kueue's MultiKueue dispatches this job, and it names no "
+                f"LocalQueue: label it {QUEUE_LABEL}=<a LocalQueue of namespace "
+                f"{job.namespace} that leads to MultiKueue>",
+                REASON_NO_LOCAL_QUEUE,
+            )
         if not queue:
             if held:
                 return self._withdrawn("the job names no LocalQueue any more")
@@ -207,7 +215,7 @@ class KueueBackend(AdmissionBackend):
             if held:
                 return self._withdrawn(f"Kueue ({where}) no longer admits it: {said.waiting}")
             return self._waiting(f"Kueue ({where}): {said.waiting}")
-        if dispatched(job_obj):  # it runs where MultiKueue sent it; nothing to place here
+        if far:  # it runs where MultiKueue sent it; nothing to place here
             where = cluster_name(workload) or "a worker cluster"
             return AdmissionVerdict(
                 by=self.name, admitted_message=f"MultiKueue dispatched it to {where}"

@@ -63,7 +63,7 @@ def multikueue(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         operator.start()
         parts.append(operator)
         check = unique("dispatch")
-        connect_workers(cluster, workers, check)
+        connect_workers(cluster.api, workers, check)
         yield MultiKueue(cluster, workers, kueue, operator, check)
     finally:
         for part in reversed(parts):

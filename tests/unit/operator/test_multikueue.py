@@ -180,3 +180,13 @@ def test_managed_by_takes_only_this_operator_or_multikueue() -> None:
         assert DistributedTrainingJobSpec.model_validate(base | {"managedBy": value})
     with pytest.raises(ValueError, match="managedBy"):
         DistributedTrainingJobSpec.model_validate(base | {"managedBy": "example.com/other"})
+
+
+def test_a_dispatched_job_without_a_queue_waits_and_says_to_name_one() -> None:
+    obj = a_queued_job(managedBy=MANAGED_BY_MULTIKUEUE)
+    obj["metadata"]["labels"] = {}
+    api = Kueue(multikueue=True)
+    said = backend(api).view(obj, [])
+    assert not said.admitted and said.reason == "NoLocalQueue" and said.by == "kueue"
+    assert "names no LocalQueue" in said.message and "MultiKueue" in said.message
+    assert api.created == [] and api.patched == []
