@@ -81,3 +81,7 @@ def is_whole_units(quantity: str) -> bool:
     """Whether a quantity is a whole number written as Kubernetes users write devices: an
     integer with at most a multiplying suffix ("4", "1k", "2Ki"; not "0.5", "500m")."""
     return re.match(WHOLE_UNITS_PATTERN, quantity) is not None
+
+
+# An object name (a claim, a ConfigMap): Kubernetes' DNS-1123 subdomain.
+DNS1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"

@@ -6,26 +6,24 @@ their own modules so each file reads in one sitting; every name is re-exported h
 
 import re
 from enum import StrEnum
-from typing import Annotated, Any, cast
+from typing import Annotated, Any
 
 from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
-    JsonValue,
     ValidationInfo,
     field_validator,
     model_validator,
 )
 
 from dtjob_api.base import ApiModel
+from dtjob_api.checkpoint import CHECKPOINT_CEL as CHECKPOINT_CEL
+from dtjob_api.checkpoint import CheckpointSpec as CheckpointSpec
 from dtjob_api.contract import (
-    CONFIG_MOUNT_DIR,
     MANAGED_BY_MULTIKUEUE,
     MANAGED_BY_OPERATOR,
-    SHM_MOUNT_PATH,
 )
-from dtjob_api.paths import cel_not_reserved, cel_plain
 from dtjob_api.placement import PlacementSpec
 from dtjob_api.resource_names import (
     DEFAULT_GPU_RESOURCE,
@@ -40,6 +38,7 @@ from dtjob_api.resource_names import (
     is_extended_resource,
     is_extra_resource_name,
 )
+from dtjob_api.resource_names import DNS1123_SUBDOMAIN as DNS1123_SUBDOMAIN
 
 # Every run_policy and trainer_spec name is re-exported (`X as X`: mypy --strict then counts
 # it as part of this module).
@@ -105,7 +104,6 @@ DeviceQuantity = Annotated[
     BeforeValidator(_int_to_quantity),
 ]
 # A DNS-1123 subdomain (PersistentVolumeClaim names), as the core API checks it.
-DNS1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 
 
 class StrategyType(StrEnum):
@@ -427,46 +425,6 @@ class RolesSpec(ApiModel):
     """Parameter servers: ParameterServer strategy only."""
     stage: StageRoleSpec | None = None
     """Pipeline stages: ModelParallel, Pipeline and Hybrid only."""
-
-
-# The checkpoint volume may not hide the operator's mounts (checked at apply; paths.py says
-# why a path must be plain first).
-CHECKPOINT_CEL = [
-    {
-        "rule": cel_plain("self.mountPath"),
-        "message": "mountPath must be an absolute path written plainly, without '//', '.' or "
-        "'..' components (e.g. /checkpoints)",
-        "fieldPath": ".mountPath",
-        "reason": "FieldValueInvalid",
-    },
-    {
-        "rule": cel_not_reserved("self.mountPath"),
-        "message": f"mountPath may not be {SHM_MOUNT_PATH} or {CONFIG_MOUNT_DIR} or inside them: "
-        "the operator mounts shared memory and the job config there",
-        "fieldPath": ".mountPath",
-        "reason": "FieldValueInvalid",
-    },
-]
-
-
-class CheckpointSpec(ApiModel):
-    """Where and how often the trainer checkpoints; resume on restart is automatic."""
-
-    model_config = ApiModel.model_config | ConfigDict(
-        json_schema_extra={"x-kubernetes-validations": cast("list[JsonValue]", CHECKPOINT_CEL)}
-    )
-
-    claimName: str | None = Field(default=None, max_length=253, pattern=DNS1123_SUBDOMAIN)
-    """PersistentVolumeClaim for checkpoints, in the job's namespace; ReadWriteMany when the
-    gang has several pods. Without one they go to an emptyDir, which a gang restart loses
-    (pods are recreated). The pods wait until a named claim exists; the CheckpointStorage
-    condition says what applies."""
-    mountPath: str = Field(default="/checkpoints", pattern=r"^/.*", max_length=1024)
-    """Where the checkpoint volume is mounted in the trainer container."""
-    everySteps: int = Field(default=50, ge=1, le=100000000)
-    """Checkpoint interval in steps (a checkpoint is also written on SIGTERM)."""
-    keep: int = Field(default=2, ge=1, le=100)
-    """Checkpoints kept; older ones are deleted."""
 
 
 class NetworkSpec(ApiModel):
