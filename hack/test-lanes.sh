@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # hack/test-lanes.sh: the test tiers of `make test` in lanes side by side, each a sequence of
 # make targets:
-#   unit:        the GPU rehearsal, then tests/unit (CPU-bound: torch ranks on every core)
+#   rehearsal:   the GPU rehearsal (mk/gpu.mk: the GPU machine's script on CPU under its
+#                torch); a lane of its own: before tests/unit in one lane it was a quarter
+#                of the run's critical path while using a third of a core
+#   unit:        tests/unit (CPU-bound: torch ranks on every core)
 #   integration: tests/integration, on a control plane of its own (fake GPU nodes)
 #   integration-2: a second process over tests/integration, on a second control plane,
 #                that takes test files from the end while the first takes them from the
@@ -9,7 +12,7 @@
 #                the API server and the operator's passes, and one process over all of
 #                them was the run's longest lane (25-40 min)
 #   e2e:         the e2e tier on the default cluster with the real node (DTJOB_E2E=0: none)
-#   unit-helper: started when the first cluster lane ends, a second process over tests/unit
+#   unit-helper: started when the first other lane ends, a second process over tests/unit
 #                that takes test files from the end while the unit lane takes them from the
 #                start (tests/helpers/file_queue.py): with the cluster lanes done, the unit
 #                lane alone left a core idle a quarter of the time
@@ -43,11 +46,8 @@ unit_tests() {
     PYTEST_MARK="not e2e and not gpu" PYTEST_TIER="$tier"
 }
 
-unit_lane() {
-  local rc=0
-  "$TIMED" "lane:gpu-rehearsal" "${M[@]}" gpu-rehearsal || rc=1
-  unit_tests unit 0 || rc=1
-  return "$rc"
+rehearsal_lane() {
+  "$TIMED" "lane:gpu-rehearsal" "${M[@]}" gpu-rehearsal
 }
 
 integration_lane() {
@@ -92,14 +92,15 @@ rerun() {
 
 case "${1:-}" in
   rerun) rerun "$2" "$3"; exit ;;
-  unit) unit_lane; exit ;;
+  rehearsal) rehearsal_lane; exit ;;
+  unit) unit_tests unit 0; exit ;;
   integration) integration_lane integration 0 "$INTEGRATION_STATE" "$INTEGRATION_PORT"; exit ;;
   integration-2)
     integration_lane integration-2 1 "$INTEGRATION_STATE-2" "$((INTEGRATION_PORT + 100))"; exit ;;
   e2e) e2e_lane; exit ;;
   unit-helper) unit_tests unit-helper 1; exit ;;
 esac
-lanes=(unit integration)
+lanes=(rehearsal unit integration)
 # A second integration process only where a second control plane is ours to start.
 [ -n "${DTJOB_KUBECONFIG:-}" ] || [ "${DTJOB_INTEGRATION_LANES:-2}" = 1 ] || lanes+=(integration-2)
 if [ "${DTJOB_E2E:-1}" != 0 ]; then
@@ -148,7 +149,7 @@ trap 'kill "$sampler" 2>/dev/null; containers_cpu' EXIT
 declare -A running=() # pid -> lane
 start() {
   local lane=$1
-  if [ "$lane" = unit ] || [ "$lane" = unit-helper ]; then
+  if [ "$lane" = unit ] || [ "$lane" = unit-helper ] || [ "$lane" = rehearsal ]; then
     prefixed "$lane" nice -n 10 "$0" "$lane" &
   else
     prefixed "$lane" "$0" "$lane" &
@@ -171,7 +172,8 @@ while [ "${#running[@]}" -gt 0 ]; do
     rc=1
     echo "make test: the $lane lane failed (lines marked [$lane])"
   fi
-  # The first cluster lane to end frees a core: a second unit process takes it.
+  # The first other lane to end (the rehearsal, a cluster lane) frees a core: a second
+  # unit process takes it.
   if [ "$helper" = 0 ] && [ "$lane" != unit ] && [[ " ${running[*]} " == *" unit "* ]]; then
     helper=1
     start unit-helper

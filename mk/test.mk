@@ -1,9 +1,9 @@
 # `make test`: everything CI runs (.ci/run). Lint and mypy first (cheap, fail fast), then
-# the cluster's binaries, then three lanes side by side (hack/test-lanes.sh): the GPU
-# rehearsal (mk/gpu.mk: the GPU machine's script on CPU under its torch) and the unit tests,
-# which compute; the integration tests on a control plane of their own (fake GPU nodes); and
+# the cluster's binaries, then lanes side by side (hack/test-lanes.sh): the GPU rehearsal
+# (mk/gpu.mk: the GPU machine's script on CPU under its torch); the unit tests, which
+# compute; the integration tests on two control planes of their own (fake GPU nodes); and
 # the end-to-end tier (real node, images, chart) on the default cluster with the real node.
-# When the first cluster lane ends, a second unit process shares the unit test files.
+# When the first other lane ends, a second unit process shares the unit test files.
 # DTJOB_E2E=0 leaves the e2e tier out (a quick local loop). The binaries are built before
 # the lanes, so a cold build is neither raced by two lanes nor charged to a test's timeout.
 TEST_BINARIES = etcd kube-apiserver kube-controller-manager kube-scheduler kwok kubectl helm \
@@ -22,7 +22,7 @@ QUICK_PATHS = tests/unit $(wildcard tests/integration/test_api_*.py)
 
 .PHONY: test test-quick test-integration test-gpu test-durations _pytest
 
-test: ## lint and mypy, then side by side: GPU rehearsal + unit tests, integration tests, e2e tier (DTJOB_E2E=0 skips e2e)
+test: ## lint and mypy, then side by side: GPU rehearsal, unit tests, integration tests, e2e tier (DTJOB_E2E=0 skips e2e)
 	@rm -f $(TEST_REPORTS)/*.xml $(TEST_REPORTS)/phases.tsv
 	@$(TIMED) lint $(MAKE) --no-print-directory lint
 	@$(TIMED) typecheck $(MAKE) --no-print-directory typecheck
