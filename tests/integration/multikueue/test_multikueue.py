@@ -75,6 +75,11 @@ def manager_workload(mk: MultiKueue, ns: str, name: str) -> dict[str, Any]:
     return dict(items[0])
 
 
+def condition_true(obj: dict[str, Any], kind: str) -> bool:
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    return any(c["type"] == kind and c["status"] == "True" for c in conditions)
+
+
 def status_writers(mk: MultiKueue, ns: str, name: str) -> set[str]:
     """The field managers of the manager's copy's status."""
     job = get_job(mk.manager.api, ns, name) or {}
@@ -105,6 +110,9 @@ def test_a_job_applied_on_the_manager_runs_on_a_worker_and_reports_back(mk: Mult
     wait_phase(mk.manager.api, ns, name, "Running", timeout=60)
     assert mk.manager.core.list_namespaced_pod(ns).items == []
     assert manager_workload(mk, ns, name)["status"]["clusterName"] == worker.name
+    # PodsReady follows the copied status: the manager's Kueue runs waitForPodsReady too.
+    wait_for(lambda: condition_true(manager_workload(mk, ns, name), "PodsReady"), 30,
+             what="the manager's Workload PodsReady")  # fmt: skip
     events = mk.manager.core.list_namespaced_event(
         ns, field_selector=f"involvedObject.name={name},reason=Dispatched"
     ).items
@@ -117,11 +125,8 @@ def test_a_job_applied_on_the_manager_runs_on_a_worker_and_reports_back(mk: Mult
         exit_pod(worker.core, ns, pod.metadata.name, 0)
     wait_phase(mk.manager.api, ns, name, "Succeeded", timeout=90)
 
-    def finished() -> bool:
-        conditions = manager_workload(mk, ns, name)["status"].get("conditions") or []
-        return any(c["type"] == "Finished" and c["status"] == "True" for c in conditions)
-
-    wait_for(finished, 60, what="the manager's Workload Finished")
+    wait_for(lambda: condition_true(manager_workload(mk, ns, name), "Finished"), 60,
+             what="the manager's Workload Finished")  # fmt: skip
     assert mk.manager.core.list_namespaced_pod(ns).items == []
     assert len(status_writers(mk, ns, name)) == 1, status_writers(mk, ns, name)
 
