@@ -46,6 +46,7 @@ from helpers.multikueue import (  # noqa: E402
     DTJ_FRAMEWORK,
     KUEUE_NAMESPACE,
     connect_workers,
+    disconnect_workers,
     ensure_namespace,
     gpu_queue,
     local_queue,
@@ -84,6 +85,7 @@ def measure(jobs: int) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp())
     worker = start_worker("bench-worker", 0, workdir)
     parts: list[Any] = []
+    check = f"bench-dispatch-{os.getpid()}"
     times: dict[str, list[float]] = {"multikueue": [], "one_cluster_kueue": []}
     try:
         (workdir / "worker").mkdir()
@@ -95,7 +97,6 @@ def measure(jobs: int) -> dict[str, Any]:
         operator = OperatorProcess(kubeconfig, workdir / "operator.log", ENV)
         operator.start()
         parts.append(operator)
-        check = f"bench-dispatch-{os.getpid()}"
         connect_workers(api, [worker], check)
         ns = create_namespace(core, "mkbench")
         ensure_namespace(worker.core, ns)
@@ -111,6 +112,7 @@ def measure(jobs: int) -> dict[str, Any]:
             times["multikueue"].append(one(api, worker.api, ns, f"far-{i}", far=True))
             times["one_cluster_kueue"].append(one(api, api, ns, f"near-{i}", far=False))
     finally:
+        disconnect_workers(api, [worker], check)
         for part in reversed(parts):
             part.stop()
         worker.down()

@@ -9,6 +9,7 @@ that runs it.
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,8 @@ class Worker:
     api: client.ApiClient
     kueue: Kueue | None = None
     operator: OperatorProcess | None = None
+    cluster_name: str = ""
+    """Its MultiKueueCluster on the manager (the Workloads' status.clusterName)."""
 
     @property
     def core(self) -> client.CoreV1Api:
@@ -103,6 +106,23 @@ def local_queue(custom: client.CustomObjectsApi, ns: str, name: str, cluster_que
         "spec": {"clusterQueue": cluster_queue}})  # fmt: skip
 
 
+def disconnect_workers(manager: client.ApiClient, workers: list[Worker], check: str) -> None:
+    """Remove what connect_workers made (best effort: a manager cluster may outlive us)."""
+    core, custom = client.CoreV1Api(manager), client.CustomObjectsApi(manager)
+    calls: list[tuple[Any, tuple[Any, ...]]] = [
+        (custom.delete_cluster_custom_object, (GROUP, VERSION, "admissionchecks", check)),
+        (custom.delete_cluster_custom_object, (GROUP, VERSION, "multikueueconfigs", check)),
+    ]
+    for w in workers:
+        name = f"{check}-{w.name}"
+        calls.append((custom.delete_cluster_custom_object,
+                      (GROUP, VERSION, "multikueueclusters", name)))  # fmt: skip
+        calls.append((core.delete_namespaced_secret, (name, KUEUE_NAMESPACE)))
+    for call, args in calls:
+        with contextlib.suppress(client.ApiException):
+            call(*args)
+
+
 def connect_workers(manager: client.ApiClient, workers: list[Worker], check: str) -> None:
     """On the manager: each worker's kubeconfig in a Secret of Kueue's namespace, a
     MultiKueueCluster for it, one MultiKueueConfig listing them, and the AdmissionCheck
@@ -110,18 +130,21 @@ def connect_workers(manager: client.ApiClient, workers: list[Worker], check: str
     core, custom = client.CoreV1Api(manager), client.CustomObjectsApi(manager)
     ensure_namespace(core, KUEUE_NAMESPACE)
     for worker in workers:
+        # Named after the check: a manager that outlives a run (a rerun, a kept cluster)
+        # gets objects of its own each time.
         data = base64.b64encode(worker.kubeconfig.read_bytes()).decode()
         core.create_namespaced_secret(KUEUE_NAMESPACE, {
-            "metadata": {"name": f"{worker.name}-kubeconfig"},
+            "metadata": {"name": f"{check}-{worker.name}"},
             "data": {"kubeconfig": data}})  # fmt: skip
         custom.create_cluster_custom_object(GROUP, VERSION, "multikueueclusters", {
             "apiVersion": f"{GROUP}/{VERSION}", "kind": "MultiKueueCluster",
-            "metadata": {"name": worker.name},
+            "metadata": {"name": f"{check}-{worker.name}"},
             "spec": {"clusterSource": {"kubeConfig": {
-                "locationType": "Secret", "location": f"{worker.name}-kubeconfig"}}}})  # fmt: skip
+                "locationType": "Secret", "location": f"{check}-{worker.name}"}}}})  # fmt: skip
     custom.create_cluster_custom_object(GROUP, VERSION, "multikueueconfigs", {
         "apiVersion": f"{GROUP}/{VERSION}", "kind": "MultiKueueConfig",
-        "metadata": {"name": check}, "spec": {"clusters": [w.name for w in workers]}})  # fmt: skip
+        "metadata": {"name": check},
+        "spec": {"clusters": [f"{check}-{w.name}" for w in workers]}})  # fmt: skip
     custom.create_cluster_custom_object(GROUP, VERSION, "admissionchecks", {
         "apiVersion": f"{GROUP}/{VERSION}", "kind": "AdmissionCheck",
         "metadata": {"name": check},
@@ -135,8 +158,9 @@ def connect_workers(manager: client.ApiClient, workers: list[Worker], check: str
         return any(c["type"] == "Active" and c["status"] == "True" for c in conditions)
 
     for worker in workers:
-        wait_for(lambda w=worker: active("multikueueclusters", w.name), 90,  # type: ignore[misc]
-                 what=f"MultiKueueCluster {worker.name} Active")  # fmt: skip
+        worker.cluster_name = f"{check}-{worker.name}"
+        wait_for(lambda w=worker: active("multikueueclusters", w.cluster_name), 90,  # type: ignore[misc]
+                 what=f"MultiKueueCluster {worker.cluster_name} Active")  # fmt: skip
     wait_for(lambda: active("admissionchecks", check), 60, what=f"AdmissionCheck {check} Active")
 
 

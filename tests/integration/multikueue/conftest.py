@@ -21,6 +21,7 @@ from helpers.multikueue import (
     KUEUE_NAMESPACE,
     Worker,
     connect_workers,
+    disconnect_workers,
     ensure_namespace,
     start_worker,
     worker_stack,
@@ -47,6 +48,7 @@ def multikueue(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     workdir = tmp_path_factory.mktemp("multikueue")
     workers: list[Worker] = []
     parts: list[Any] = []
+    check = unique("dispatch")
     try:
         with ThreadPoolExecutor(2) as pool:
             started = [pool.submit(start_worker, f"worker-{i}", i, workdir) for i in range(2)]
@@ -62,10 +64,10 @@ def multikueue(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         operator = OperatorProcess(cluster.kubeconfig, workdir / "operator.log", OPERATOR_ENV)
         operator.start()
         parts.append(operator)
-        check = unique("dispatch")
         connect_workers(cluster.api, workers, check)
         yield MultiKueue(cluster, workers, kueue, operator, check)
     finally:
+        disconnect_workers(cluster.api, workers, check)
         for part in reversed(parts):
             part.stop()
         for w in workers:

@@ -109,17 +109,17 @@ def test_a_job_applied_on_the_manager_runs_on_a_worker_and_reports_back(mk: Mult
     # The manager: the worker's progress, no pod of its own, one status writer.
     wait_phase(mk.manager.api, ns, name, "Running", timeout=60)
     assert mk.manager.core.list_namespaced_pod(ns).items == []
-    assert manager_workload(mk, ns, name)["status"]["clusterName"] == worker.name
+    assert manager_workload(mk, ns, name)["status"]["clusterName"] == worker.cluster_name
     # PodsReady follows the copied status: the manager's Kueue runs waitForPodsReady too.
     wait_for(lambda: condition_true(manager_workload(mk, ns, name), "PodsReady"), 30,
              what="the manager's Workload PodsReady")  # fmt: skip
     events = mk.manager.core.list_namespaced_event(
         ns, field_selector=f"involvedObject.name={name},reason=Dispatched"
     ).items
-    assert any(worker.name in e.message for e in events), [e.message for e in events]
+    assert any(worker.cluster_name in e.message for e in events), [e.message for e in events]
     assert len(status_writers(mk, ns, name)) == 1, status_writers(mk, ns, name)
     why = Client(namespace=ns, kubeconfig=mk.manager.kubeconfig).why(name)
-    assert why.where is not None and f"cluster {worker.name}" in why.where, why.where
+    assert why.where is not None and f"cluster {worker.cluster_name}" in why.where, why.where
     # The end comes back too, and the manager's quota with it.
     for pod in pods:
         exit_pod(worker.core, ns, pod.metadata.name, 0)
@@ -205,3 +205,19 @@ def test_a_job_without_managed_by_in_a_multikueue_queue_waits_and_says_so(mk: Mu
 @pytest.fixture
 def mk(multikueue: MultiKueue) -> MultiKueue:
     return multikueue
+
+
+def test_an_elastic_job_runs_at_the_size_its_worker_admits(mk: MultiKueue) -> None:
+    """Queued on the manager at its maximum (3 x 4 GPUs fit the manager's 16), admitted
+    partially by the worker (8 GPUs: 2 workers), it runs at 2 there, and says so on the
+    manager."""
+    ns = queues(mk)
+    name = unique("flex")
+    job = dispatched_job(name, 3, 4)
+    job["spec"]["roles"]["worker"]["minReplicas"] = 1
+    create_job(mk.manager.api, ns, job)
+    worker = mk.worker(wait_for(lambda: where(mk, ns, name), 90, what="the worker's copy"))
+    wait_pods_running(worker.core, ns, name, 2)
+    copied = wait_phase(mk.manager.api, ns, name, "Running", timeout=60)
+    assert (copied.get("elastic") or {}).get("replicas") == 2, copied
+    assert len(job_pods(worker.core, ns, name)) == 2
