@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from dtjob_operator.kueue.multikueue import dispatched
 from dtjob_operator.policies.failure_policy import PodFailure
 from dtjob_operator.policies.hardware import hardware_fault
 from dtjob_operator.policies.pods import name_of, node_of
@@ -157,14 +158,15 @@ def cluster_suspects(
 ) -> dict[str, tuple[str, ...]]:
     """Nodes that the unexpired avoidances of at least `min_jobs` different jobs name (each
     job's status.avoidedNodes), with those jobs (`namespace/name`, sorted): every job keeps
-    off them, not only those whose gangs they made sick. {} when `min_jobs` is 0 (off)."""
+    off them, not only those whose gangs they made sick. {} when `min_jobs` is 0 (off). A job
+    MultiKueue runs elsewhere counts not: its status is copied from a worker cluster."""
     if min_jobs <= 0:
         return {}
     named: dict[str, set[str]] = {}
     for job in jobs:
         entries = (job.get("status") or {}).get("avoidedNodes")
-        if not entries:  # nearly every job: the scan costs a dict lookup each
-            continue
+        if not entries or dispatched(job):  # nearly every job: a dict lookup each
+            continue  # (a MultiKueue job's status is a worker's: it names that cluster's nodes)
         meta = job.get("metadata") or {}
         key = f"{meta.get('namespace')}/{meta.get('name')}"
         for avoided in read(entries, now):

@@ -248,6 +248,9 @@ def test_a_node_that_several_jobs_avoid_is_kept_off_by_every_job() -> None:
         "n1": ("team/a", "team/b"), "n2": ("team/a",)
     }  # fmt: skip
     assert node_blame.cluster_suspects(jobs, at(0), 0) == {}  # off
+    # On a MultiKueue manager, a dispatched job's status is a worker's: its nodes are not ours.
+    far = _job_avoiding("e", "n2") | {"spec": {"managedBy": "kueue.x-k8s.io/multikueue"}}
+    assert node_blame.cluster_suspects([*jobs, far], at(0), 2) == {"n1": ("team/a", "team/b")}
 
 
 def test_suspect_nodes_are_announced_once_and_counted() -> None:
