@@ -8,13 +8,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from kubernetes import client
 
 from helpers.crd import install_crd
-from helpers.kube import unique
+from helpers.jobs import GROUP as JOB_GROUP
+from helpers.jobs import PLURAL as JOB_PLURAL
+from helpers.jobs import VERSION as JOB_VERSION
+from helpers.jobs import delete_job
+from helpers.kube import unique, wait_for
 from helpers.kueue import Kueue, install_crds
 from helpers.multikueue import (
     DTJ_FRAMEWORK,
@@ -39,8 +44,26 @@ class MultiKueue:
     operator: OperatorProcess
     check: str  # the MultiKueue AdmissionCheck
 
+    namespaces: list[str] = field(default_factory=list)
+    """The namespaces this test made (queues()): emptied after it."""
+
     def worker(self, name: str) -> Worker:
         return next(w for w in self.workers if w.name == name)
+
+    def clean_up(self) -> None:
+        """Delete the test's jobs on the manager and wait until their copies' pods are gone
+        from the workers: every test's ClusterQueues are its own, but the workers' nodes
+        are shared, and a job left running holds GPUs the next test's Kueue counts free."""
+        for ns in self.namespaces:
+            jobs = client.CustomObjectsApi(self.manager.api).list_namespaced_custom_object(
+                JOB_GROUP, JOB_VERSION, ns, JOB_PLURAL)["items"]  # fmt: skip
+            for job in jobs:
+                delete_job(self.manager.api, ns, job["metadata"]["name"])
+        for ns in self.namespaces:
+            for w in self.workers:
+                wait_for(lambda w=w, ns=ns: not w.core.list_namespaced_pod(ns).items, 90,  # type: ignore[misc]
+                         what=f"the pods of namespace {ns} gone from {w.name}")  # fmt: skip
+        self.namespaces.clear()
 
 
 @pytest.fixture(scope="package")

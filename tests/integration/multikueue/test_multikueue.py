@@ -10,6 +10,7 @@ immutable."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -42,6 +43,7 @@ def queues(mk: MultiKueue) -> str:
     """A namespace on every cluster with LocalQueue "team": on the manager in a ClusterQueue
     of both workers' GPUs that runs the MultiKueue check, on each worker in one of its own."""
     ns = create_namespace(mk.manager.core, "mk")
+    mk.namespaces.append(ns)
     cq = unique("cq")
     manager = client.CustomObjectsApi(mk.manager.api)
     gpu_queue(manager, cq, GPUS_PER_WORKER * len(mk.workers), checks=[mk.check])
@@ -203,8 +205,9 @@ def test_a_job_without_managed_by_in_a_multikueue_queue_waits_and_says_so(mk: Mu
 
 
 @pytest.fixture
-def mk(multikueue: MultiKueue) -> MultiKueue:
-    return multikueue
+def mk(multikueue: MultiKueue) -> Iterator[MultiKueue]:
+    yield multikueue
+    multikueue.clean_up()
 
 
 def test_an_elastic_job_runs_at_the_size_its_worker_admits(mk: MultiKueue) -> None:
