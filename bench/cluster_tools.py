@@ -3,10 +3,14 @@ operator process's CPU time and memory read from /proc."""
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from kubernetes import client
 
@@ -72,3 +76,20 @@ def git_commit() -> str:
     dirty = subprocess.run(["git", "-C", str(TOP), "diff", "--quiet", "HEAD", "--", "operator"],
                            check=False).returncode  # fmt: skip
     return out.stdout.strip() + ("+changes" if dirty else "")
+
+
+def record(path: Path, label: str, result: dict[str, Any], script: str, note: str) -> None:
+    """Stamp a run's result (commit, time, command, machine) and keep it under `label` in
+    the results file `path`, beside the runs kept under other labels; print it."""
+    result["operator_commit"] = git_commit()
+    result["measured_at"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    result["command"] = f"python bench/{script} " + shlex.join(sys.argv[1:])
+    result["machine"] = {
+        "cpus": os.cpu_count(),
+        "load_average_1m_at_end": round(os.getloadavg()[0], 2),
+        "note": note,
+    }
+    results = json.loads(path.read_text()) if path.exists() else {}
+    results[label] = result
+    path.write_text(json.dumps(results, indent=2) + "\n")
+    print(json.dumps(result, indent=2))

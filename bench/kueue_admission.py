@@ -16,14 +16,10 @@ Usage: python bench/kueue_admission.py [--jobs N] [--label NAME]
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import shlex
 import statistics
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +28,7 @@ from kubernetes import client, config
 TOP = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TOP / "tests"))
 
-from cluster_tools import cluster_kubeconfig, git_commit  # noqa: E402
+from cluster_tools import cluster_kubeconfig, record  # noqa: E402
 
 from helpers.crd import install_crd  # noqa: E402
 from helpers.jobs import GROUP as DTJOB_GROUP  # noqa: E402
@@ -134,20 +130,13 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=20, help="jobs per path")
     parser.add_argument("--label", default="latest", help="key of this run in the results")
     args = parser.parse_args()
-    commit = git_commit()
-    result = measure(args.jobs)
-    result["operator_commit"] = commit
-    result["measured_at"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    result["command"] = "python bench/kueue_admission.py " + shlex.join(sys.argv[1:])
-    result["machine"] = {
-        "cpus": os.cpu_count(),
-        "load_average_1m_at_end": round(os.getloadavg()[0], 2),
-        "note": "local control plane, KWOK, Kueue and the operator share the machine",
-    }
-    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    results[args.label] = result
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
+    record(
+        RESULTS,
+        args.label,
+        measure(args.jobs),
+        "kueue_admission.py",
+        "local control plane, KWOK, Kueue and the operator share the machine",
+    )
 
 
 if __name__ == "__main__":

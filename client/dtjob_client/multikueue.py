@@ -6,30 +6,13 @@ queue such a job without it, and says so)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dtjob_api.contract import MANAGED_BY_MULTIKUEUE
+from dtjob_api.multikueue import Read, multikueue_route
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-# (namespace or None, plural, name) -> the Kueue object, or None when absent or unreadable.
-Read = Callable[[str | None, str, str], Mapping[str, Any] | None]
-
-
-def leads_to_multikueue(read: Read, namespace: str, local_queue: str) -> bool:
-    """Whether LocalQueue `local_queue` feeds a ClusterQueue with a MultiKueue check."""
-    queue = read(namespace, "localqueues", local_queue) or {}
-    cq = (queue.get("spec") or {}).get("clusterQueue")
-    spec = ((read(None, "clusterqueues", str(cq)) or {}) if cq else {}).get("spec") or {}
-    rules = (spec.get("admissionChecksStrategy") or {}).get("admissionChecks") or []
-    names = [str(r.get("name")) for r in rules] + [
-        str(n) for n in spec.get("admissionChecks") or []
-    ]
-    return any(
-        ((read(None, "admissionchecks", n) or {}).get("spec") or {}).get("controllerName")
-        == MANAGED_BY_MULTIKUEUE
-        for n in names
-    )
 
 
 def with_managed_by(manifest: dict[str, Any], read: Read, namespace: str) -> dict[str, Any]:
@@ -37,7 +20,7 @@ def with_managed_by(manifest: dict[str, Any], read: Read, namespace: str) -> dic
     sets none."""
     queue = ((manifest.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL)
     spec = manifest.get("spec") or {}
-    if not queue or spec.get("managedBy") or not leads_to_multikueue(read, namespace, queue):
+    if not queue or spec.get("managedBy") or not multikueue_route(read, namespace, queue):
         return manifest
     return {**manifest, "spec": {**spec, "managedBy": MANAGED_BY_MULTIKUEUE}}
 

@@ -22,14 +22,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dtjob_api.contract import MANAGED_BY_MULTIKUEUE
+from dtjob_api.multikueue import multikueue_route
 from dtjob_operator.constants import KUEUE_GROUP
 
 if TYPE_CHECKING:  # the planner imports the pure part; only the lookup calls the API
     from dtjob_operator.kueue.api import KueueApi
 
 Obj = dict[str, Any]
-# The AdmissionCheck controller of MultiKueue (kueue.MultiKueueControllerName).
-MULTIKUEUE_CONTROLLER = MANAGED_BY_MULTIKUEUE
 # What MultiKueue puts on the worker's copy (jobframework SetMultiKueueMeta): the name of
 # the Workload made for it, an annotation since Kueue 0.18 (WorkloadIdentifierAnnotations),
 # a label before; and the manager it came from.
@@ -58,15 +57,6 @@ def origin(job: Mapping[str, Any]) -> str | None:
     """The manager a worker's copy came from (its multikueue-origin label)."""
     value = ((job.get("metadata") or {}).get("labels") or {}).get(ORIGIN_LABEL)
     return str(value) if value else None
-
-
-def admission_check_names(cluster_queue: Mapping[str, Any]) -> list[str]:
-    """The AdmissionChecks a ClusterQueue runs: v1beta2's admissionChecksStrategy, or the
-    older plain list."""
-    spec = cluster_queue.get("spec") or {}
-    strategy = (spec.get("admissionChecksStrategy") or {}).get("admissionChecks") or []
-    names = [str(rule.get("name")) for rule in strategy if rule.get("name")]
-    return names + [str(n) for n in spec.get("admissionChecks") or [] if n not in names]
 
 
 def cluster_name(workload: Mapping[str, Any]) -> str | None:
@@ -103,21 +93,21 @@ class MultiKueueRoute:
 
 
 class MultiKueueLookup:
-    """Whether a job's LocalQueue leads to MultiKueue, read from Kueue's objects."""
+    """Whether a job's LocalQueue leads to MultiKueue, read from Kueue's objects
+    (dtjob_api.multikueue, which `kubectl dtj submit` uses too)."""
 
     def __init__(self, api: KueueApi) -> None:
         self.api = api
 
+    def _read(self, namespace: str | None, plural: str, name: str) -> Obj | None:
+        if plural == "localqueues":
+            return self.api.get_local_queue(str(namespace), name)
+        if plural == "clusterqueues":
+            return self.api.get_cluster_queue(name)
+        return self.api.get_admission_check(name)
+
     def route(self, namespace: str, local_queue: str) -> MultiKueueRoute | None:
         """The MultiKueue route of `local_queue`, or None (a queue of this cluster, or one
         that does not exist yet: Kueue's own message says so once the Workload is made)."""
-        queue = self.api.get_local_queue(namespace, local_queue)
-        cq_name = str(((queue or {}).get("spec") or {}).get("clusterQueue") or "")
-        cluster_queue = self.api.get_cluster_queue(cq_name) if cq_name else None
-        if cluster_queue is None:
-            return None
-        for name in admission_check_names(cluster_queue):
-            check = self.api.get_admission_check(name) or {}
-            if (check.get("spec") or {}).get("controllerName") == MULTIKUEUE_CONTROLLER:
-                return MultiKueueRoute(local_queue, cq_name, name)
-        return None
+        found = multikueue_route(self._read, namespace, local_queue)
+        return MultiKueueRoute(local_queue, *found) if found else None

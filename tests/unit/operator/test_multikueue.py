@@ -12,11 +12,11 @@ import pytest
 from unit.operator.builders import a_job
 
 from dtjob_api.contract import MANAGED_BY_MULTIKUEUE
+from dtjob_api.multikueue import admission_check_names
 from dtjob_api.spec import DistributedTrainingJobSpec
 from dtjob_operator.builders import Job
 from dtjob_operator.dispatched import what_to_say
 from dtjob_operator.kueue.backend import KueueBackend
-from dtjob_operator.kueue.multikueue import admission_check_names
 from dtjob_operator.kueue.workload import build_workload, workload_name
 from dtjob_operator.settings import OperatorSettings
 
