@@ -46,7 +46,7 @@ from cluster_tools import (  # noqa: E402
     set_node_pod_slots,
 )
 
-from helpers.apimetrics import free_port, requests_sent  # noqa: E402
+from helpers.apimetrics import admission_passes, free_port, requests_sent  # noqa: E402
 from helpers.crd import install_crd  # noqa: E402
 from helpers.jobs import JobBuilder, create_job, status  # noqa: E402
 from helpers.kube import create_namespace, wait_for  # noqa: E402
@@ -117,6 +117,7 @@ def bench_burst(
     wait_for(lambda: _answers(metrics_port), timeout=60, interval=0.5)  # a fresh operator
     cpu0 = cpu_seconds(op.proc.pid)  # from here: its start-up is not the burst's
     sent0 = requests_sent(metrics_port)
+    passes0 = admission_passes(metrics_port)
     start = time.monotonic()
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda i: create_job(api, ns, cpu_job(f"b-{i}", pods)), range(jobs)))
@@ -135,6 +136,7 @@ def bench_burst(
     # fast this can go: requests / api_qps is the floor of all_started_s).
     sent = requests_sent(metrics_port)
     sent.subtract(sent0)
+    passes = admission_passes(metrics_port)
     created = len(core.list_namespaced_pod(ns).items)
     core.delete_namespace(ns)
     # Gone before anything else is measured: 1,600 pods terminating for up to two minutes
@@ -149,6 +151,9 @@ def bench_burst(
         "jobs_per_s": round(jobs / total, 2),
         "operator_cpu_s": round(cpu, 1),
         "operator_cpu_s_per_1000_pods": round(1000 * cpu / max(created, 1), 1),
+        # The admission passes of the burst, and their time (wall, in the operator).
+        "admission_passes": passes[0] - passes0[0],
+        "admission_pass_s": round(passes[1] - passes0[1], 1),
         "operator_requests": sum(sent.values()),
         "operator_requests_per_job": round(sum(sent.values()) / jobs, 1),
         "operator_requests_by_kind": {

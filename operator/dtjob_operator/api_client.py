@@ -4,6 +4,7 @@ and what counts as an unreachable API server. k8s.KubeApi makes the calls over i
 
 from __future__ import annotations
 
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -13,6 +14,7 @@ from urllib.parse import urlsplit
 import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
+from urllib3.util.ssl_ import create_urllib3_context
 
 from dtjob_operator.ratelimit import TokenBucket
 
@@ -148,4 +150,29 @@ def load_client_config(
     api = GuardedApiClient(cfg, timeout, limiter)
     # Named in the API server's audit log and metrics, apart from other Python clients.
     api.user_agent = USER_AGENT
+    share_tls_context(api)
     return api
+
+
+def share_tls_context(api: client.ApiClient) -> None:
+    """One TLS context for every connection of the pool, its CA and client certificate
+    loaded once. Given files, urllib3 makes a context per connection and loads them into
+    it: with up to 64 connections, each kept context was memory and each new connection
+    read and parsed the files again. Left as it is behind a proxy (its own TLS settings)."""
+    cfg = api.configuration
+    pool = api.rest_client.pool_manager
+    if cfg.proxy or type(pool) is not urllib3.PoolManager:
+        return
+    kw = pool.connection_pool_kw
+    ctx = create_urllib3_context(cert_reqs=kw.get("cert_reqs"))
+    if kw.get("cert_reqs") != ssl.CERT_NONE:
+        if kw.get("ca_certs") or kw.get("ca_cert_data"):
+            ctx.load_verify_locations(cafile=kw.get("ca_certs"), cadata=kw.get("ca_cert_data"))
+        else:
+            ctx.load_default_certs()
+    if kw.get("cert_file"):
+        ctx.load_cert_chain(kw["cert_file"], kw.get("key_file"))
+    for key in ("ca_certs", "ca_cert_data", "cert_file", "key_file"):
+        kw.pop(key, None)
+    kw["ssl_context"] = ctx
+    pool.clear()  # no pool was made with the old settings yet; none is kept

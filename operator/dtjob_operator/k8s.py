@@ -17,6 +17,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dtjob_api import GROUP, KIND, PLURAL, VERSION
+from dtjob_operator import rest
 from dtjob_operator.constants import LABEL_JOB_NAME
 from dtjob_operator.policies.suspect_taint import TAINT_KEY, taint_patch
 
@@ -83,6 +84,12 @@ API_CALLS: frozenset[tuple[str, str, str]] = frozenset(
 )
 
 
+# The kinds create() makes: a job's children.
+CHILD_KINDS = frozenset(
+    {"Pod", "Service", "ConfigMap", "ServiceAccount", "Role", "RoleBinding", "NetworkPolicy"}
+)
+
+
 # Granted only with the chart's taintSuspectNodes (settings.taint_suspect_nodes).
 TAINT_CALLS: frozenset[tuple[str, str, str]] = frozenset({("", "nodes", "patch")})
 
@@ -134,6 +141,7 @@ class KubeApi:
 
     def __init__(self, api_client: client.ApiClient, page_size: int = 500) -> None:
         self.page_size = page_size
+        self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
         self.rbac = client.RbacAuthorizationV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
@@ -253,29 +261,20 @@ class KubeApi:
     # -- writes -------------------------------------------------------------------------
 
     def create(self, obj: Obj) -> bool:
-        """Create a child; False when it already exists (creation is idempotent)."""
+        """Create a child; False when it already exists (creation is idempotent). The body
+        goes as the builders made it, and the answer is read and dropped (rest.py): the
+        watch brings the object."""
         ns = obj["metadata"]["namespace"]
         kind = obj["kind"]
-        creators: dict[str, Callable[..., object]] = {
-            "Pod": self.core.create_namespaced_pod,
-            "Service": self.core.create_namespaced_service,
-            "ConfigMap": self.core.create_namespaced_config_map,
-            "ServiceAccount": self.core.create_namespaced_service_account,
-            "Role": self.rbac.create_namespaced_role,
-            "RoleBinding": self.rbac.create_namespaced_role_binding,
-            "NetworkPolicy": self.networking.create_namespaced_network_policy,
-        }
-        if kind not in creators:
+        if kind not in CHILD_KINDS:
             raise ValueError(f"cannot create a {kind}: not a child kind of a job")
+        prefix, plural = rest.KIND_PATHS[kind]
         try:
-            # The answer is read and dropped, not made into the client's model objects: that
-            # was most of a create's CPU, and nothing reads it (the watch brings the object).
-            resp = creators[kind](ns, obj, _preload_content=False)
+            rest.send(self.api_client, "POST", rest.collection_path(prefix, ns, plural), obj)
         except ApiException as exc:
             if exc.status == 409:
                 return False
             raise
-        cast(Any, resp).data  # noqa: B018 - read to the end: the connection goes back to the pool
         return True
 
     def read_child(self, kind: str, namespace: str, name: str) -> Obj | None:
@@ -315,10 +314,10 @@ class KubeApi:
 
     def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
         """Delete a pod; already gone is fine."""
+        query = [("gracePeriodSeconds", grace_seconds)] if grace_seconds is not None else None
         try:
-            self.core.delete_namespaced_pod(
-                name, namespace, grace_period_seconds=grace_seconds, _preload_content=False
-            )
+            path = rest.object_path("/api/v1", namespace, "pods", name)
+            rest.send(self.api_client, "DELETE", path, query=query)
         except ApiException as exc:
             if exc.status != 404:
                 raise
@@ -336,10 +335,10 @@ class KubeApi:
     def patch_status(self, namespace: str, name: str, status: Obj) -> str | None:
         """Merge-patch the status subresource with `status` (None values delete keys);
         returns the job's resourceVersion after the write."""
-        job = self.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, namespace, PLURAL, name, {"status": status}
-        )
-        meta = (job or {}).get("metadata") if isinstance(job, dict) else None
+        path = rest.object_path(f"/apis/{GROUP}/{VERSION}", namespace, PLURAL, name) + "/status"
+        data = rest.send(self.api_client, "PATCH", path, {"status": status},
+                         content_type=rest.MERGE_PATCH)  # fmt: skip
+        meta = json.loads(data).get("metadata") if data else None
         return str(meta["resourceVersion"]) if meta and meta.get("resourceVersion") else None
 
     def emit_event(self, job: Obj, event_type: str, reason: str, message: str) -> None:
@@ -367,10 +366,8 @@ class KubeApi:
             "count": 1,
         }
         try:
-            resp = self.core.create_namespaced_event(
-                meta["namespace"], cast(Any, body), _preload_content=False
-            )
-            cast(Any, resp).data  # noqa: B018 - read and dropped, as in create()
+            path = rest.collection_path("/api/v1", meta["namespace"], "events")
+            rest.send(self.api_client, "POST", path, body)  # read and dropped, as in create()
         except ApiException as exc:
             log.warning("could not record event %s on %s: %s", reason, meta["name"], exc.reason)
 

@@ -88,3 +88,17 @@ def requests_sent(port: int) -> Counter[tuple[str, str]]:
             if labels["verb"] != "WATCH":
                 counts[(labels["verb"], labels["resource"])] += int(float(m["value"]))
     return counts
+
+
+def admission_passes(port: int) -> tuple[int, float]:
+    """(passes, seconds spent in them) of an operator serving its metrics on `port`, from
+    its dtjob_admission_pass_duration_seconds histogram."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    count, total = 0, 0.0
+    for line in text.splitlines():
+        if line.startswith("dtjob_admission_pass_duration_seconds_count"):
+            count = int(float(line.rsplit(" ", 1)[1]))
+        elif line.startswith("dtjob_admission_pass_duration_seconds_sum"):
+            total = float(line.rsplit(" ", 1)[1])
+    return count, total

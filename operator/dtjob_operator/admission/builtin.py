@@ -9,7 +9,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from dtjob_api.status import TERMINAL_PHASES, AdmissionBackendName
+from dtjob_api.status import TERMINAL_PHASES, AdmissionBackendName, JobPhase
 from dtjob_operator.admission.book import AdmissionBook
 from dtjob_operator.admission.controller import AdmissionController, Reads
 from dtjob_operator.admission.placement import Placement
@@ -32,6 +32,9 @@ from dtjob_operator.settings import OperatorSettings
 from dtjob_operator.status import admitted_condition, admitted_in
 
 log = logging.getLogger(__name__)
+
+# The phases of a gang that is coming up or runs, which free no room (after()).
+COMING_UP = frozenset({JobPhase.STARTING, JobPhase.RUNNING})
 
 
 class BuiltinBackend(AdmissionBackend):
@@ -109,7 +112,11 @@ class BuiltinBackend(AdmissionBackend):
             and admitted_condition(old).get("reason") != REASON_PODS_READY_TIMEOUT
         ):
             self.metrics.pods_ready_timeouts.labels(namespace=job["metadata"]["namespace"]).inc()
-        changed = deleted_pods or was != now or old.get("phase") != new.get("phase")
+        # A gang coming up (Starting, Running) frees no room and takes none it did not
+        # hold: a pass for each of those phase changes was a pass per job per burst for
+        # nothing. Any other change of phase (a restart, an end, a suspension) may free it.
+        moved = old.get("phase") != new.get("phase") and new.get("phase") not in COMING_UP
+        changed = deleted_pods or was != now or moved
         if changed or (not now and uid not in self.book):  # or it waits for a first pass
             self.controller.request()
 

@@ -38,9 +38,11 @@ from dtjob_operator.admission.snapshot import (
     is_admitted,
     requeue_not_before,
 )
+from dtjob_operator.admission.usage import PodTally
 from dtjob_operator.admission.view_memo import ViewMemo
 from dtjob_operator.api_client import is_transport_error
 from dtjob_operator.builders.job import elastic_size, is_elastic
+from dtjob_operator.heap import HeapTrimmer
 from dtjob_operator.k8s import KubeApi, versions
 from dtjob_operator.metrics import OperatorMetrics
 from dtjob_operator.policies.node_blame import cluster_suspects
@@ -49,6 +51,9 @@ from dtjob_operator.policies.too_deep import too_deep_path
 from dtjob_operator.settings import OperatorSettings
 
 log = logging.getLogger(__name__)
+
+# Least time between two heap trims at idle moments (heap.py).
+HEAP_TRIM_SECONDS = 30.0
 JobKey = tuple[str, str]
 Obj = Mapping[str, Any]
 T = TypeVar("T")
@@ -101,6 +106,8 @@ class AdmissionController:
         self._requests: dict[tuple[object, object], Resources] = {}
         self._host_ports: dict[tuple[object, object], tuple[str, ...]] = {}  # likewise
         self._views = ViewMemo()  # the jobs' views, viewed again only when they change
+        self._tally = PodTally()  # the pods' shares, counted again only when they change
+        self.heap = HeapTrimmer(HEAP_TRIM_SECONDS)
         self._nothing_waits = False  # the last pass found no job waiting for admission
 
     def request(self) -> None:
@@ -127,6 +134,7 @@ class AdmissionController:
                 # A pass with no job waiting can admit nothing, and whatever changes that (a
                 # job queued, a gang restarted) asks for a pass: at 1,000 running jobs the
                 # timer's passes were most of the operator's CPU at rest.
+                self.heap.idle()  # an idle moment: give freed heap back (heap.py)
                 continue
             if not self.is_leader():
                 self.list_jobs_fresh()
@@ -177,7 +185,8 @@ class AdmissionController:
 
     def gather(self) -> Snapshot:
         """List what the pass reads and fold it into a Snapshot."""
-        return self._snapshot(self._list())
+        with self._pass_lock:  # the memos and the tally serve one pass at a time
+            return self._snapshot(self._list())
 
     def _list(self) -> dict[str, list[Obj]]:
         # Jobs from the cache, which reads a job this replica wrote and has not seen back
@@ -237,6 +246,7 @@ class AdmissionController:
             topology_levels=s.topology_levels,
             last=self._suspects,
             memo=self._views,
+            tally=self._tally,
         )
 
     def _requests_memo(self) -> Callable[[Obj], Resources]:

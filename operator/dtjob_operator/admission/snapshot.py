@@ -25,13 +25,14 @@ from dtjob_operator.admission.resources import (
     subtract,
 )
 from dtjob_operator.admission.topology import TopologyRequest
+from dtjob_operator.admission.usage import PodTally
+from dtjob_operator.admission.usage import live as _live
 from dtjob_operator.admission.view_memo import ViewMemo, versions_of
 from dtjob_operator.builders import Job, build_pods
 from dtjob_operator.builders.job import FULL_SIZE
 from dtjob_operator.constants import (
     CONDITION_ADMITTED,
     LABEL_GENERATION,
-    LABEL_JOB_NAME,
     STATUS_TRUE,
 )
 from dtjob_operator.policies import node_blame
@@ -214,10 +215,6 @@ def _owned(pod: Obj, uid: object) -> bool:
     return not refs or any(r.get("uid") == uid for r in refs)
 
 
-def _live(pod: Obj) -> bool:
-    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-
-
 def node_view(node: Obj) -> Node | None:
     """A Ready, schedulable node; None otherwise."""
     spec, status = node.get("spec") or {}, node.get("status") or {}
@@ -269,11 +266,6 @@ def _spec_host_ports(pod: Obj) -> tuple[str, ...]:
     return pod_host_ports(pod.get("spec") or {})
 
 
-def _add_into(total: Resources, amount: Mapping[str, int]) -> None:
-    for key, value in amount.items():
-        total[key] = total.get(key, 0) + value
-
-
 def build_snapshot(
     *,
     jobs: Sequence[Obj],
@@ -290,6 +282,7 @@ def build_snapshot(
     topology_levels: Sequence[str] = (),
     last: frozenset[str] = frozenset(),
     memo: ViewMemo | None = None,
+    tally: PodTally | None = None,
 ) -> Snapshot:
     """Fold the listed objects into a Snapshot (see the module docstring). `requests_of`
     gives a pod's requests (pod_requests of its spec unless given: the controller memoises
@@ -298,31 +291,17 @@ def build_snapshot(
     avoids the nodes named in `last` (the cluster's suspect nodes), and they come after the
     others in the node order: a pod goes there only when no other node has room. `memo`
     keeps the JobViews between passes (ViewMemo): a job whose view's sources did not change
-    is not viewed again."""
+    is not viewed again; `tally` keeps the pods' shares between passes (usage.PodTally),
+    so only the pods that changed are counted again."""
+    # The pods' shares by namespace and node, and each job's pods: carried from the last
+    # pass when the controller keeps a tally (only the pods that changed are counted again).
+    tally = tally if tally is not None else PodTally()
+    tally.update(pods, requests_of or _spec_requests, host_ports_of or _spec_host_ports)
+    ns_used = tally.namespaces_used()
+    node_used = tally.nodes_used()
+    node_ports = tally.node_ports()
+    by_job = tally.pods_by_job()
     requests = requests_of or _spec_requests
-    host_ports = host_ports_of or _spec_host_ports
-    ns_used: dict[str, Resources] = {}
-    node_used: dict[str, Resources] = {}
-    node_ports: dict[str, set[str]] = {}
-    by_job: dict[tuple[str, str], list[Obj]] = {}
-    pod_versions: dict[tuple[str, str], list[tuple[object, object]]] = {}  # for `memo`
-    for pod in pods:
-        meta = pod.get("metadata") or {}
-        ns = meta.get("namespace", "")
-        job_name = (meta.get("labels") or {}).get(LABEL_JOB_NAME)
-        if job_name:
-            by_job.setdefault((ns, job_name), []).append(pod)
-            version = (meta.get("uid"), meta.get("resourceVersion"))
-            pod_versions.setdefault((ns, job_name), []).append(version)
-        if not _live(pod):
-            continue
-        req = requests(pod)
-        _add_into(ns_used.setdefault(ns, {}), req)
-        node_name = (pod.get("spec") or {}).get("nodeName")
-        if node_name:
-            _add_into(node_used.setdefault(node_name, {}), req)
-            for port in host_ports(pod):
-                node_ports.setdefault(node_name, set()).add(port)
 
     ready_nodes = []
     for raw in nodes:
@@ -359,8 +338,8 @@ def build_snapshot(
                                 not_before, requests)  # fmt: skip
 
             meta = job.get("metadata") or {}
-            versions = pod_versions.get((meta.get("namespace", ""), meta.get("name", "")), [])
-            view = memo.view(job, tuple(versions), classes, gang_of, admitted, build)
+            versions = tally.job_versions((meta.get("namespace", ""), meta.get("name", "")))
+            view = memo.view(job, versions, classes, gang_of, admitted, build)
         else:
             view = job_view(job, by_job, priority_classes, gang_of, admitted, not_before, requests)
         # The nodes the gang keeps off: the job's own avoided nodes (status.avoidedNodes, as
