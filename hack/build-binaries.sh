@@ -3,7 +3,8 @@
 # hack/versions.env, into a cache directory keyed by those versions. A second run
 # with the same pins rebuilds nothing. Prints the bin directory on success.
 #
-# Usage: hack/build-binaries.sh [component ...]   (default: every component)
+# Usage: hack/build-binaries.sh [component ...]   (default: every component but
+#        kubeflow-training-operator, which only bench/operator_scale.py asks for)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
@@ -35,17 +36,19 @@ command -v go >/dev/null || die "no Go toolchain on PATH; install Go >= 1.24 (ht
 prom_dir="$cache_root/bin/prometheus-$PROMETHEUS_VERSION"
 reg_dir="$cache_root/bin/registry-$REGISTRY_VERSION"
 kueue_dir="$cache_root/bin/kueue-$KUEUE_VERSION"
+kfto_dir="$cache_root/bin/kubeflow-training-operator-$KUBEFLOW_TRAINING_OPERATOR_VERSION"
 built_at() {  # component -> where its built binary lives
   case "$1" in
     prometheus | promtool) echo "$prom_dir/$1" ;;
     registry) echo "$reg_dir/$1" ;;
     kueue) echo "$kueue_dir/$1" ;;
+    kubeflow-training-operator) echo "$kfto_dir/$1" ;;
     *) echo "$bin_dir/$1" ;;
   esac
 }
 link_own_versions() {
   local c
-  for c in prometheus promtool registry kueue; do
+  for c in prometheus promtool registry kueue kubeflow-training-operator; do
     [ ! -x "$(built_at "$c")" ] || ln -sfn "$(built_at "$c")" "$bin_dir/$c"
   done
 }
@@ -162,6 +165,14 @@ for c in "${missing[@]}"; do
     kueue)
       GOFLAGS="$GOFLAGS -mod=mod" build_install kueue sigs.k8s.io/kueue/cmd/kueue "$KUEUE_VERSION"
       mkdir -p "$kueue_dir" && mv "$bin_dir/kueue" "$kueue_dir/kueue"
+      ;;
+    # The benchmark's other operator (bench/kubeflow_operator.py). Its go.mod (Go 1.22, no
+    # replace lines) builds with a plain `go install` like Kueue's (about 6 min cold on 2
+    # cores); the main package is cmd/training-operator.v1, renamed to the component's name.
+    kubeflow-training-operator)
+      GOFLAGS="$GOFLAGS -mod=mod" build_install training-operator.v1 \
+        github.com/kubeflow/training-operator/cmd/training-operator.v1 "$KUBEFLOW_TRAINING_OPERATOR_VERSION"
+      mkdir -p "$kfto_dir" && mv "$bin_dir/training-operator.v1" "$kfto_dir/$c"
       ;;
     *) kube_missing+=("$c") ;;
   esac
