@@ -359,8 +359,13 @@ def run_dtjob(
     client_settings = {
         "qps": float(env.get("DTJOB_API_QPS", defaults["api_qps"].default)),
         "burst": int(env.get("DTJOB_API_BURST", defaults["api_burst"].default)),
+        "workers": int(env.get("DTJOB_WORKERS", defaults["workers"].default)),
+        "api_concurrency": int(
+            env.get("DTJOB_API_CONCURRENCY", defaults["api_concurrency"].default)
+        ),
         "source": "settings api_qps / api_burst (DTJOB_API_QPS / DTJOB_API_BURST), one "
-        "token bucket for every call but the leader Lease's",
+        "token bucket for every call but the leader Lease's; workers reconcile at once, "
+        "a gang's pods are created api_concurrency at a time",
     }
     op.start()
     try:
