@@ -136,10 +136,15 @@ class Caches:
                 return
             owned_changed(kind, obj)
 
-        def job_changed(_kind: str, obj: Obj) -> None:
+        def job_changed(kind: str, obj: Obj) -> None:
             meta = obj.get("metadata") or {}
             if meta.get("namespace") and meta.get("name"):
                 self.on_job_child((meta["namespace"], meta["name"]))
+            # A new job is one to admit: a pass as soon as this cache holds it, which the
+            # pass reads, admits it before its first reconcile has to say it waits (a
+            # status write and an Event per job, in a burst, when passes waited for it).
+            if kind == "ADDED":
+                self.on_capacity()
 
         def capacity_changed(kind: str, _obj: Obj) -> None:
             if kind in ("ADDED", "DELETED"):  # capacity came or went

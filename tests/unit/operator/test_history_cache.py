@@ -77,3 +77,19 @@ def test_a_history_write_wakes_no_reconcile_but_its_deletion_does() -> None:
     informer._apply({"type": "MODIFIED", "object": progress})
     informer._apply({"type": "DELETED", "object": full_history()})
     assert woken == [("ns", "j")] * 3  # progress changes and a lost child still do
+
+
+def test_a_new_job_asks_for_an_admission_pass_its_changes_do_not() -> None:
+    """A pass as soon as the cache holds a new job admits it before its first reconcile
+    has to write that it waits (in a burst: a status write and an Event per job)."""
+    asked: list[bool] = []
+    caches = Caches(Api(), OperatorSettings(), lambda key: None, lambda: asked.append(True))  # type: ignore[arg-type]
+    caches._build()
+    (informer,) = caches.jobs
+    job = a_job().with_workers(1).obj()
+    job["metadata"]["resourceVersion"] = "1"
+    informer._apply({"type": "ADDED", "object": job})
+    assert asked == [True]
+    job["metadata"]["resourceVersion"] = "2"
+    informer._apply({"type": "MODIFIED", "object": job})
+    assert asked == [True]
