@@ -34,8 +34,10 @@ LIVES = [ADMISSION, FIRST_POD, ADMISSION, FIRST_POD, None]
 JOBS, GANG, GPUS_PER_POD = 3, 2, 2
 QUOTA = GANG * GPUS_PER_POD  # exactly one gang
 # From a restart to the partial gang being completed: the operator's start (~2 s) and a
-# reconcile, with room for a slow machine.
-PARTIAL_GANG_LIMIT = 15.0
+# reconcile, with room for a slow machine (16.3 s was seen at load average 10 in CI). What
+# it tells apart is a gang completed by the next life from one left until the pods-ready
+# timeout (120 s, below) released it.
+PARTIAL_GANG_LIMIT = 30.0
 OPERATOR_ENV = {
     "DTJOB_TRAINER_IMAGE": "dtjob/trainer:test",
     "DTJOB_RESYNC_SECONDS": "2",
