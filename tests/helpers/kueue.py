@@ -77,10 +77,20 @@ def install_crds(kubeconfig: Path, workdir: Path) -> None:
         capture_output=True, text=True,
     )  # fmt: skip
     assert proc.returncode == 0, f"applying Kueue's CRDs failed: {proc.stderr[-2000:]}"
-    proc = subprocess.run(
-        [*base, "wait", "--for=condition=Established", "--timeout=60s", "-f", str(out)],
-        capture_output=True, text=True,
-    )  # fmt: skip
+    # `kubectl wait` gives up at once, instead of waiting, on a CRD the API server has not
+    # written any status condition for yet ("accessor error: <nil>"): seen on a loaded
+    # machine right after the apply. Asked again until the deadline.
+    deadline = time.monotonic() + 90
+    while True:
+        proc = subprocess.run(
+            [*base, "wait", "--for=condition=Established", "--timeout=60s", "-f", str(out)],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        if proc.returncode == 0 or "accessor error" not in proc.stderr:
+            break
+        if time.monotonic() > deadline:
+            break
+        time.sleep(1)
     assert proc.returncode == 0, f"Kueue's CRDs not established: {proc.stderr[-2000:]}"
 
 
