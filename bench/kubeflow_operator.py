@@ -33,6 +33,7 @@ from kubernetes import client
 
 from helpers.apimetrics import LABEL, free_port
 from helpers.kube import wait_for
+from helpers.processes import stop_process
 from helpers.prometheus import _pinned
 
 TOP = Path(__file__).resolve().parents[1]
@@ -187,14 +188,8 @@ class KubeflowOperator:
         return counts
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        if self.proc is not None:
+            stop_process(self.proc)
 
 
 def describe() -> dict[str, Any]:

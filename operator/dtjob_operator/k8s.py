@@ -84,10 +84,8 @@ API_CALLS: frozenset[tuple[str, str, str]] = frozenset(
 )
 
 
-# The kinds create() makes: a job's children.
-CHILD_KINDS = frozenset(
-    {"Pod", "Service", "ConfigMap", "ServiceAccount", "Role", "RoleBinding", "NetworkPolicy"}
-)
+# The kinds create() makes: a job's children (every kind rest.py sends but Events).
+CHILD_KINDS = frozenset(rest.KIND_PATHS) - {"Event"}
 
 
 # Granted only with the chart's taintSuspectNodes (settings.taint_suspect_nodes).

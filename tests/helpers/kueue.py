@@ -30,6 +30,7 @@ import yaml
 from helpers.apimetrics import free_port
 from helpers.cluster import REPO
 from helpers.kube import wait_for
+from helpers.processes import stop_process
 from helpers.prometheus import _pinned
 
 METRICS_CERTS = Path("/etc/kueue/metrics/certs")
@@ -200,9 +201,4 @@ class Kueue:
             return False
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop_process(self.proc)

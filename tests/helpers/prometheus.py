@@ -23,6 +23,7 @@ import yaml
 from helpers.apimetrics import free_port
 from helpers.cluster import REPO
 from helpers.kube import wait_for
+from helpers.processes import stop_process
 
 CHART = REPO / "charts" / "dtjob-operator"
 # The ServiceMonitor fields to_scrape_config() translates; any other fails it, so a chart
@@ -200,10 +201,4 @@ class Prometheus:
         return target
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
