@@ -239,11 +239,14 @@ def on_cluster(passes: int, pods: int) -> dict[str, Any]:
             create_job(api, namespaces[i % NAMESPACES], job)
         busy = create_busy_pods(core, pods)
         namespaces_made = [busy]
+        from dtjob_operator import kubeconfig as operator_kubeconfig
+        from dtjob_operator.api_client import GuardedApiClient
         from dtjob_operator.caches import Caches
         from dtjob_operator.k8s import KubeApi
 
         settings = OperatorSettings(namespaces=namespaces)
-        kube = KubeApi(api)
+        access = operator_kubeconfig.from_kubeconfig([kubeconfig])
+        kube = KubeApi(GuardedApiClient(access, (5.0, 30.0)))
         result: dict[str, Any] = {"other_running_pods": pods}
         live = AdmissionController(
             kube, settings, OperatorMetrics(), AdmissionBook(), enqueue=lambda key: None

@@ -4,25 +4,19 @@ and what counts as an unreachable API server. k8s.KubeApi makes the calls over i
 
 from __future__ import annotations
 
-import ssl
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 from urllib.parse import urlsplit
 
 import urllib3
-from kubernetes import client, config
-from kubernetes.client.exceptions import ApiException
-from urllib3.util.ssl_ import create_urllib3_context
 
+from dtjob_operator import kubeconfig
+from dtjob_operator.kubehttp import ApiException, HttpClient, Timeout
 from dtjob_operator.ratelimit import TokenBucket
 
-USER_AGENT = "dtjob-operator"
-
 # What a call that never reached the API server (or never got its answer) raises: refused
-# or reset connections and the connect/read timeouts below. The client wraps TLS errors
-# in an ApiException with status 0.
+# or reset connections, TLS failures and the connect/read timeouts below.
 TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (urllib3.exceptions.HTTPError, OSError)
 
 
@@ -39,7 +33,7 @@ class NotLeaderError(Exception):
     """A write refused locally: this replica does not hold the leader Lease (any more)."""
 
 
-class GuardedApiClient(client.ApiClient):
+class GuardedApiClient(HttpClient):
     """The one place every API call of the operator passes through.
 
     - A connect and a read timeout on every call that sets none: a half-open connection
@@ -56,12 +50,14 @@ class GuardedApiClient(client.ApiClient):
 
     def __init__(
         self,
-        configuration: client.Configuration,
+        access: kubeconfig.ClusterAccess,
         timeout: tuple[float, float],
         limiter: TokenBucket | None = None,
+        *,
+        pool_size: int = 64,
+        retries: int | None = None,
     ) -> None:
-        super().__init__(configuration)
-        self.request_timeout = timeout
+        super().__init__(access, pool_size=pool_size, retries=retries, timeout=timeout)
         self.limiter = limiter
         self.may_write: Callable[[], bool] = lambda: True
         self.on_request: Callable[[str, str], None] = lambda _method, _url: None
@@ -69,25 +65,22 @@ class GuardedApiClient(client.ApiClient):
         self._lock = threading.Lock()
         self._unreachable_since: float | None = None
 
-    def call_api(
+    def _send(
         self,
         method: str,
         url: str,
-        header_params: Any = None,
-        body: Any = None,
-        post_params: Any = None,
-        _request_timeout: Any = None,
-    ) -> Any:
+        headers: dict[str, str],
+        body: bytes | None,
+        timeout: Timeout,
+        stream: bool,
+    ) -> urllib3.BaseHTTPResponse:
         if method not in ("GET", "HEAD") and not self.may_write() and not _is_lease_url(url):
             raise NotLeaderError(f"{method} {url.split('?')[0]}: this replica does not lead")
         if self.limiter is not None and not _is_lease_url(url):
             self.limiter.acquire()
         self.on_request(method, url)
         try:
-            resp = super().call_api(
-                method, url, header_params, body, post_params,
-                _request_timeout or self.request_timeout,
-            )  # fmt: skip
+            resp = super()._send(method, url, headers, body, timeout, stream)
         except BaseException as exc:
             if is_transport_error(exc):
                 with self._lock:
@@ -136,43 +129,10 @@ def _is_lease_url(url: str) -> bool:
 def load_client_config(
     timeout: tuple[float, float] = (5.0, 30.0), limiter: TokenBucket | None = None
 ) -> GuardedApiClient:
-    """In-cluster credentials when running in a pod, else the kubeconfig (KUBECONFIG).
+    """In-cluster credentials when running in a pod, else the kubeconfig (KUBECONFIG;
+    kubeconfig.py).
 
     `timeout` is (connect, read) in seconds for every call that sets none; `limiter`, if
-    given, paces every call (GuardedApiClient)."""
-    try:
-        config.load_incluster_config()  # type: ignore[no-untyped-call]
-    except config.ConfigException:
-        config.load_kube_config()  # type: ignore[no-untyped-call]
-    cfg = client.Configuration.get_default_copy()
-    # Reconcile workers and the per-pod call pool share one connection pool.
-    cfg.connection_pool_maxsize = 64
-    api = GuardedApiClient(cfg, timeout, limiter)
-    # Named in the API server's audit log and metrics, apart from other Python clients.
-    api.user_agent = USER_AGENT
-    share_tls_context(api)
-    return api
-
-
-def share_tls_context(api: client.ApiClient) -> None:
-    """One TLS context for every connection of the pool, its CA and client certificate
-    loaded once. Given files, urllib3 makes a context per connection and loads them into
-    it: with up to 64 connections, each kept context was memory and each new connection
-    read and parsed the files again. Left as it is behind a proxy (its own TLS settings)."""
-    cfg = api.configuration
-    pool = api.rest_client.pool_manager
-    if cfg.proxy or type(pool) is not urllib3.PoolManager:
-        return
-    kw = pool.connection_pool_kw
-    ctx = create_urllib3_context(cert_reqs=kw.get("cert_reqs"))
-    if kw.get("cert_reqs") != ssl.CERT_NONE:
-        if kw.get("ca_certs") or kw.get("ca_cert_data"):
-            ctx.load_verify_locations(cafile=kw.get("ca_certs"), cadata=kw.get("ca_cert_data"))
-        else:
-            ctx.load_default_certs()
-    if kw.get("cert_file"):
-        ctx.load_cert_chain(kw["cert_file"], kw.get("key_file"))
-    for key in ("ca_certs", "ca_cert_data", "cert_file", "key_file"):
-        kw.pop(key, None)
-    kw["ssl_context"] = ctx
-    pool.clear()  # no pool was made with the old settings yet; none is kept
+    given, paces every call (GuardedApiClient). Reconcile workers and the per-pod call
+    pool share one pool of up to 64 connections."""
+    return GuardedApiClient(kubeconfig.load(), timeout, limiter)

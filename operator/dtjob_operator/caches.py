@@ -33,15 +33,15 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
-from dtjob_api import GROUP, PLURAL, VERSION
+from dtjob_api import GROUP, PLURAL
 from dtjob_operator.constants import KUEUE_GROUP, KUEUE_VERSION, LABEL_JOB_NAME
 from dtjob_operator.gone_pods import GonePods
-from dtjob_operator.informer import Informer
-from dtjob_operator.k8s import KubeApi, Obj, versions
+from dtjob_operator.informer import Informer, lister
+from dtjob_operator.k8s import JOBS, SCHEDULING, KubeApi, Obj, versions
 from dtjob_operator.kueue.api import KueueApi
+from dtjob_operator.rest import CORE, group_path
 from dtjob_operator.settings import OperatorSettings
 from dtjob_operator.trims import (
     is_history_config_map,
@@ -111,7 +111,7 @@ class Caches:
         self._lock = threading.Lock()
 
     def _build(self) -> None:
-        core, settings, namespaces = self.api.core, self.settings, self.settings.namespaces
+        http, settings, namespaces = self.api.api_client, self.settings, self.settings.namespaces
 
         def owned_changed(_kind: str, obj: Obj) -> None:
             meta = obj.get("metadata") or {}
@@ -164,16 +164,9 @@ class Caches:
             "label_selector": LABEL_JOB_NAME,
         }  # fmt: skip
         scopes: list[dict[str, Any]] = [{"namespace": ns} for ns in namespaces] or [{}]
-        pods_call = core.list_namespaced_pod if namespaces else core.list_pod_for_all_namespaces
-        cms_call = (
-            core.list_namespaced_config_map if namespaces
-            else core.list_config_map_for_all_namespaces
-        )  # fmt: skip
-        jobs_call = (
-            partial(self.api.custom.list_namespaced_custom_object, GROUP, VERSION, plural=PLURAL)
-            if namespaces
-            else partial(self.api.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL)
-        )
+        pods_call = lister(http, CORE, "pods")
+        cms_call = lister(http, CORE, "configmaps")
+        jobs_call = lister(http, JOBS, PLURAL)
         # kopf's watch of the jobs wakes their reconciles; this one does too, for a reconcile
         # that read the cache a moment before it caught up with a change of the job.
         self.jobs = [
@@ -195,17 +188,17 @@ class Caches:
             {"label_selector": f"!{LABEL_JOB_NAME}"} if self.jobs_pods_hold_capacity else {}
         )
         self.unfinished_pods = Informer(
-            "unfinished-pods", core.list_pod_for_all_namespaces, trim=trim_pod_for_capacity,
+            "unfinished-pods", pods_call, trim=trim_pod_for_capacity,
             field_selector=UNFINISHED, on_change=capacity_changed, **others, **common,
         )  # fmt: skip
-        self.nodes = Informer("nodes", core.list_node, trim=trim_node,
+        self.nodes = Informer("nodes", lister(http, CORE, "nodes"), trim=trim_node,
                               on_change=capacity_changed, **common)  # fmt: skip
         self.quotas = Informer(
-            "resourcequotas", core.list_resource_quota_for_all_namespaces,
+            "resourcequotas", lister(http, CORE, "resourcequotas"),
             on_change=lambda _k, _o: self.on_capacity(), **common,
         )  # fmt: skip
         self.priority_classes = Informer(
-            "priorityclasses", self.api.scheduling.list_priority_class, **common
+            "priorityclasses", lister(http, SCHEDULING, "priorityclasses"), **common
         )
         # Kueue's Workloads are watched from the first reconcile of a Kueue job, not from
         # here: the start never waits on (or fails with) a probe of an API that may be
@@ -219,14 +212,10 @@ class Caches:
         reads the Workload from the API server (kueue/backend.py): this is only the bell.
         None where Kueue's API is not served: an informer would retry a 404 forever."""
         namespaces = self.settings.namespaces
-        if not KueueApi(self.api.custom).serves_workloads(namespaces[0] if namespaces else None):
+        http = self.api.api_client
+        if not KueueApi(http).serves_workloads(namespaces[0] if namespaces else None):
             return []
-        call = (
-            partial(self.api.custom.list_namespaced_custom_object, KUEUE_GROUP, KUEUE_VERSION,
-                    plural="workloads") if namespaces
-            else partial(self.api.custom.list_cluster_custom_object, KUEUE_GROUP, KUEUE_VERSION,
-                         "workloads")
-        )  # fmt: skip
+        call = lister(http, group_path(KUEUE_GROUP, KUEUE_VERSION), "workloads")
         scopes: list[dict[str, Any]] = [{"namespace": ns} for ns in namespaces] or [{}]
         log.info("Kueue's Workload API is served: watching the jobs' Workloads")
         return [Informer("kueue-workloads", call, **self._workload_options, **s) for s in scopes]
@@ -363,7 +352,7 @@ class Caches:
         """Kueue's Workloads labelled with the job's name (metadata only from the watch)."""
         informer = self._scope(self.workloads, namespace)
         if informer is None or not informer.synced.is_set():
-            return KueueApi(self.api.custom).list_job_workloads(namespace, job_name)
+            return KueueApi(self.api.api_client).list_job_workloads(namespace, job_name)
         return informer.indexed(namespace, job_name)
 
     # -- the admission's reads ----------------------------------------------------------

@@ -8,10 +8,9 @@ from __future__ import annotations
 import logging
 from concurrent.futures import ThreadPoolExecutor
 
-from kubernetes.client.exceptions import ApiException
-
 from dtjob_operator.k8s import KubeApi, Obj
 from dtjob_operator.kill_points import AFTER_FIRST_POD, KillPoints
+from dtjob_operator.kubehttp import ApiException
 from dtjob_operator.metrics import OperatorMetrics
 from dtjob_operator.plan_types import Plan
 from dtjob_operator.policies.create_errors import CreateError, create_error_of

@@ -16,6 +16,7 @@ import kopf
 
 from dtjob_api import GROUP, PLURAL, VERSION
 from dtjob_operator.constants import LABEL_JOB_NAME
+from dtjob_operator.kubeconfig import ClusterAccess
 from dtjob_operator.reconcile import Reconciler
 from dtjob_operator.settings import OperatorSettings
 
@@ -67,6 +68,20 @@ def configure_kopf(kopf_settings: kopf.OperatorSettings, settings: OperatorSetti
     kopf_settings.watching.reconnect_backoff = 1.0
 
 
+def connection_info(access: ClusterAccess) -> kopf.ConnectionInfo:
+    """kopf's credentials, from ours. kopf logs in again after a 401: a rotating token
+    (service account, exec plugin) is fetched anew for it."""
+    access.expire_token()
+    token = access.bearer()
+    return kopf.ConnectionInfo(
+        server=access.server, ca_path=access.ca_file, ca_data=access.ca_data,
+        insecure=access.insecure or None, scheme="Bearer" if token else None, token=token,
+        certificate_path=access.cert_file, certificate_data=access.cert_data,
+        private_key_path=access.key_file, private_key_data=access.key_data,
+        default_namespace=access.namespace, proxy_url=access.proxy_url,
+    )  # fmt: skip
+
+
 def register(
     registry: kopf.OperatorRegistry, reconciler: Reconciler, settings: OperatorSettings
 ) -> None:
@@ -91,11 +106,12 @@ def register(
 
     operator_settings = settings
 
-    # A registry of our own has none of kopf's default login handlers: reuse the client's
-    # configuration (in-cluster service account, else KUBECONFIG).
+    # A registry of our own has none of kopf's default login handlers: kopf's watches use
+    # the same access as the operator's own calls (in-cluster service account, else
+    # KUBECONFIG; kubeconfig.py).
     @kopf.on.login(registry=registry)
-    def on_login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        return kopf.login_via_client(**kwargs)
+    def on_login(**_: Any) -> kopf.ConnectionInfo:
+        return connection_info(reconciler.api.api_client.access)
 
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
     def on_job_event(

@@ -6,7 +6,7 @@ list. A resourceVersion the server no longer has (410 Gone, after compaction) li
 any other failure retries with backoff, for ever: an outage leaves the last known state in
 place, and the watch catches up once the API server answers.
 
-Why our own and not the `kubernetes` client's SharedInformer or kopf's indices: that one
+Why our own and not the `kubernetes` package's SharedInformer or kopf's indices: that one
 lists in one piece (no limit/continue), sets no bookmarks and keeps deserialised model
 objects (several times the memory of the JSON); kopf's handlers see every event but keep
 nothing unless we copy it, and cannot be read from a worker thread without its loop. Here
@@ -22,13 +22,13 @@ import logging
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any, cast
+from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-from kubernetes.watch.watch import iter_resp_lines
 from urllib3.exceptions import ReadTimeoutError
 
 from dtjob_operator.k8s import Obj
+from dtjob_operator.kubehttp import ApiException, HttpClient, iter_lines
+from dtjob_operator.rest import collection_path
 
 log = logging.getLogger(__name__)
 
@@ -74,14 +74,33 @@ def compact(obj: Any) -> Any:
     return obj
 
 
+ListCall = Callable[..., Any]
+
+
+def lister(api: HttpClient, prefix: str, plural: str) -> ListCall:
+    """The list (and watch) call of a collection, namespaced or not: (namespace, query,
+    stream, timeout) -> the answer (kubehttp.HttpClient.request)."""
+
+    def call(namespace: str | None, query: list[tuple[str, Any]], stream: bool = False,
+             timeout: Any = None) -> Any:  # fmt: skip
+        return api.request("GET", collection_path(prefix, namespace, plural), query=query,
+                           stream=stream, timeout=timeout)  # fmt: skip
+
+    return call
+
+
 class Informer:
-    """List + watch one resource (optionally label- and field-selected, server side)."""
+    """List + watch one resource (optionally label- and field-selected, server side), in
+    one namespace or in all (`namespace` None)."""
 
     def __init__(
         self,
         name: str,
-        list_call: Callable[..., object],
+        list_call: ListCall,
         *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
         trim: Callable[[Obj], Obj] = drop_managed_fields,
         index_label: str | None = None,
         on_change: Callable[[str, Obj], None] | None = None,
@@ -89,7 +108,6 @@ class Informer:
         watch_seconds: int = 300,
         connect_timeout: float = 5.0,
         silence_timeout: float = 330.0,
-        **selectors: Any,
     ) -> None:
         self.name = name
         self._call = list_call
@@ -100,8 +118,9 @@ class Informer:
         self._watch_seconds = watch_seconds
         self._connect_timeout = connect_timeout
         self._silence_timeout = silence_timeout
-        self._selectors = selectors
-        self.namespace: str | None = selectors.get("namespace")
+        self.label_selector, self.field_selector = label_selector, field_selector
+        self._selectors = [("labelSelector", label_selector), ("fieldSelector", field_selector)]
+        self.namespace = namespace
         """The one namespace watched, or None for all of them (or cluster-scoped objects)."""
         self._lock = threading.Lock()
         self._store: dict[Key, Obj] = {}
@@ -219,17 +238,15 @@ class Informer:
         items: list[Obj] = []
         token: str | None = None
         while True:
-            kwargs = dict(self._selectors, limit=self._page_size, _preload_content=False)
-            if token:
-                kwargs["_continue"] = token
+            query = [*self._selectors, ("limit", self._page_size), ("continue", token)]
             try:
-                resp = self._call(**kwargs)
+                resp = self._call(self.namespace, query)
             except ApiException as exc:
                 if exc.status == 410 and token:  # the snapshot paged through is gone
                     items, token = [], None
                     continue
                 raise
-            body = json.loads(cast(Any, resp).data)
+            body = json.loads(resp.data)
             items.extend(body.get("items") or [])
             meta = body.get("metadata") or {}
             token = meta.get("continue") or None
@@ -237,16 +254,20 @@ class Informer:
                 return items, str(meta.get("resourceVersion") or "")
 
     def _watch(self) -> None:
+        query = [
+            *self._selectors,
+            ("watch", True),
+            ("resourceVersion", self._rv),
+            ("allowWatchBookmarks", True),
+            ("timeoutSeconds", self._watch_seconds),
+        ]
+        # The API server ends the watch after timeoutSeconds: a silence longer than that
+        # is a half-open connection, which the read timeout ends.
         resp: Any = self._call(
-            **self._selectors,
-            watch=True,
-            resource_version=self._rv,
-            allow_watch_bookmarks=True,
-            timeout_seconds=self._watch_seconds,
-            _preload_content=False,
-            # The API server ends the watch after timeout_seconds: a silence longer than
-            # that is a half-open connection, which the read timeout ends.
-            _request_timeout=(self._connect_timeout, self._silence_timeout),
+            self.namespace,
+            query,
+            stream=True,
+            timeout=(self._connect_timeout, self._silence_timeout),
         )
         self._response = resp
         try:
@@ -301,8 +322,8 @@ class Informer:
 
 
 def _events(resp: Any) -> Iterator[Obj]:
-    for line in iter_resp_lines(resp):  # type: ignore[no-untyped-call]
-        if line:
+    for line in iter_lines(resp):
+        if line.strip():
             yield json.loads(line)
 
 

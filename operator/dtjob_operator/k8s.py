@@ -9,17 +9,16 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, cast
-
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
+from typing import Any
 
 from dtjob_api import GROUP, KIND, PLURAL, VERSION
 from dtjob_operator import rest
 from dtjob_operator.constants import LABEL_JOB_NAME
+from dtjob_operator.kubehttp import ApiException, HttpClient
 from dtjob_operator.policies.suspect_taint import TAINT_KEY, taint_patch
+from dtjob_operator.rest import CORE, collection_path, get_or_none, list_pages, object_path
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
@@ -92,86 +91,39 @@ CHILD_KINDS = frozenset(rest.KIND_PATHS) - {"Event"}
 TAINT_CALLS: frozenset[tuple[str, str, str]] = frozenset({("", "nodes", "patch")})
 
 
-def _page(resp: object) -> tuple[list[Obj], str | None]:
-    """Items and continue token of a list call made with _preload_content=False."""
-    body = json.loads(cast(Any, resp).data)
-    items: list[Obj] = body.get("items") or []
-    return items, (body.get("metadata") or {}).get("continue") or None
-
-
-def read_or_none(call: Callable[..., object], *args: Any) -> Obj | None:
-    """One object from a read call, as raw JSON, or None when it does not exist (404)."""
-    try:
-        resp = call(*args, _preload_content=False)
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
-    obj: Obj = json.loads(cast(Any, resp).data)
-    return obj
-
-
-def list_pages(call: Callable[..., object], page_size: int, **kwargs: Any) -> list[Obj]:
-    """Every item of a list call, fetched `page_size` at a time (limit + continue), raw JSON.
-
-    A continue token the API server no longer knows (410 Expired: compacted away during a
-    long list) restarts the list in one piece, as client-go's pager does: the pages already
-    read may be from an older revision than the rest, so they are dropped."""
-    items: list[Obj] = []
-    token: str | None = None
-    while True:
-        try:
-            resp = call(**kwargs, limit=page_size, _continue=token, _preload_content=False)
-        except ApiException as exc:
-            if exc.status != 410 or token is None:
-                raise
-            log.info("list continue token expired after %d items; listing again", len(items))
-            return _page(call(**kwargs, _preload_content=False))[0]
-        page, token = _page(resp)
-        items.extend(page)
-        if not token:
-            return items
+JOBS = rest.group_path(GROUP, VERSION)
+COORDINATION = "/apis/coordination.k8s.io/v1"
+SCHEDULING = "/apis/scheduling.k8s.io/v1"
 
 
 class KubeApi:
     """Thin typed wrapper over the calls the reconciler makes. Every list is paginated
     (`page_size` items a page)."""
 
-    def __init__(self, api_client: client.ApiClient, page_size: int = 500) -> None:
+    def __init__(self, api_client: HttpClient, page_size: int = 500) -> None:
         self.page_size = page_size
         self.api_client = api_client
-        self.core = client.CoreV1Api(api_client)
-        self.rbac = client.RbacAuthorizationV1Api(api_client)
-        self.custom = client.CustomObjectsApi(api_client)
-        self.scheduling = client.SchedulingV1Api(api_client)
-        self.coordination = client.CoordinationV1Api(api_client)
-        self.networking = client.NetworkingV1Api(api_client)
+
+    def list_all(self, path: str, query: rest.Query | None = None) -> list[Obj]:
+        """Every item of the collection at `path`, page by page."""
+        return list_pages(self.api_client, path, self.page_size, query)
 
     # -- reads --------------------------------------------------------------------------
 
     def get_job(self, namespace: str, name: str) -> Obj | None:
         """The job as stored, or None when it is gone."""
-        try:
-            job = cast(
-                Obj,
-                self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name),
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return job
+        return get_or_none(self.api_client, object_path(JOBS, namespace, PLURAL, name))
 
     def list_pods(self, namespace: str, job_name: str) -> list[Obj]:
         """Pods labelled as belonging to the job, as raw JSON."""
-        return list_pages(
-            self.core.list_namespaced_pod, self.page_size,
-            namespace=namespace, label_selector=f"{LABEL_JOB_NAME}={job_name}",
-        )  # fmt: skip
+        return self.list_all(collection_path(CORE, namespace, "pods"),
+                             [("labelSelector", f"{LABEL_JOB_NAME}={job_name}")])  # fmt: skip
 
     def get_pvc(self, namespace: str, name: str) -> Obj | None:
         """A PersistentVolumeClaim as raw JSON, or None when it does not exist."""
-        return read_or_none(self.core.read_namespaced_persistent_volume_claim, name, namespace)
+        return get_or_none(
+            self.api_client, object_path(CORE, namespace, "persistentvolumeclaims", name)
+        )
 
     def list_pod_events(self, namespace: str, pod_name: str, pod_uid: str | None) -> list[Obj]:
         """core/v1 Events about one pod, as raw JSON: this incarnation of the name only when
@@ -179,58 +131,54 @@ class KubeApi:
         selector = f"involvedObject.kind=Pod,involvedObject.name={pod_name}"
         if pod_uid:
             selector += f",involvedObject.uid={pod_uid}"
-        return list_pages(
-            self.core.list_namespaced_event, self.page_size,
-            namespace=namespace, field_selector=selector,
-        )  # fmt: skip
+        return self.list_all(collection_path(CORE, namespace, "events"),
+                             [("fieldSelector", selector)])  # fmt: skip
 
     # -- what the admission reads (cluster-wide lists, raw JSON) -------------------------
 
     def list_jobs(self, namespaces: list[str] | None = None) -> list[Obj]:
         """Every DistributedTrainingJob, or those of `namespaces`."""
-        kind = {"group": GROUP, "version": VERSION, "plural": PLURAL}
         if not namespaces:
-            return list_pages(self.custom.list_cluster_custom_object, self.page_size, **kind)
+            return self.list_all(collection_path(JOBS, None, PLURAL))
         jobs: list[Obj] = []
         for ns in namespaces:
-            jobs += list_pages(
-                self.custom.list_namespaced_custom_object, self.page_size, namespace=ns, **kind
-            )
+            jobs += self.list_all(collection_path(JOBS, ns, PLURAL))
         return jobs
 
     def list_all_pods(self) -> list[Obj]:
         """Every pod not yet finished, cluster-wide (what holds node and quota room)."""
-        return list_pages(
-            self.core.list_pod_for_all_namespaces, self.page_size,
-            field_selector="status.phase!=Succeeded,status.phase!=Failed",
-        )  # fmt: skip
+        return self.list_all(
+            collection_path(CORE, None, "pods"),
+            [("fieldSelector", "status.phase!=Succeeded,status.phase!=Failed")],
+        )
 
     def list_nodes(self) -> list[Obj]:
         """Every node."""
-        return list_pages(self.core.list_node, self.page_size)
+        return self.list_all(collection_path(CORE, None, "nodes"))
 
     def get_node(self, name: str) -> Obj | None:
         """A node as raw JSON, or None when it does not exist."""
-        return read_or_none(self.core.read_node, name)
+        return get_or_none(self.api_client, object_path(CORE, None, "nodes", name))
 
     def list_resource_quotas(self) -> list[Obj]:
         """Every ResourceQuota, cluster-wide."""
-        return list_pages(self.core.list_resource_quota_for_all_namespaces, self.page_size)
+        return self.list_all(collection_path(CORE, None, "resourcequotas"))
 
     def list_priority_classes(self) -> list[Obj]:
         """Every PriorityClass."""
-        return list_pages(self.scheduling.list_priority_class, self.page_size)
+        return self.list_all(collection_path(SCHEDULING, None, "priorityclasses"))
 
     # -- leader election ----------------------------------------------------------------
 
     def get_lease(self, namespace: str, name: str) -> Obj | None:
         """The Lease as raw JSON, or None."""
-        return read_or_none(self.coordination.read_namespaced_lease, name, namespace)
+        return get_or_none(self.api_client, object_path(COORDINATION, namespace, "leases", name))
 
     def create_lease(self, namespace: str, body: Obj) -> bool:
         """Create the Lease; False when another replica created it first."""
         try:
-            self.coordination.create_namespaced_lease(namespace, cast(Any, body))
+            rest.send(self.api_client, "POST",
+                      collection_path(COORDINATION, namespace, "leases"), body)  # fmt: skip
         except ApiException as exc:
             if exc.status == 409:
                 return False
@@ -239,10 +187,9 @@ class KubeApi:
 
     def replace_lease(self, namespace: str, body: Obj) -> bool:
         """Replace the Lease at its resourceVersion; False when someone else wrote it first."""
+        path = object_path(COORDINATION, namespace, "leases", body["metadata"]["name"])
         try:
-            self.coordination.replace_namespaced_lease(
-                body["metadata"]["name"], namespace, cast(Any, body)
-            )
+            rest.send(self.api_client, "PUT", path, body)
         except ApiException as exc:
             if exc.status == 409:
                 return False
@@ -251,24 +198,22 @@ class KubeApi:
 
     def list_config_maps(self, namespace: str, job_name: str) -> list[Obj]:
         """ConfigMaps labelled as belonging to the job, as raw JSON."""
-        return list_pages(
-            self.core.list_namespaced_config_map, self.page_size,
-            namespace=namespace, label_selector=f"{LABEL_JOB_NAME}={job_name}",
-        )  # fmt: skip
+        return self.list_all(collection_path(CORE, namespace, "configmaps"),
+                             [("labelSelector", f"{LABEL_JOB_NAME}={job_name}")])  # fmt: skip
 
     # -- writes -------------------------------------------------------------------------
 
     def create(self, obj: Obj) -> bool:
         """Create a child; False when it already exists (creation is idempotent). The body
-        goes as the builders made it, and the answer is read and dropped (rest.py): the
-        watch brings the object."""
+        goes as the builders made it, and the answer is read and dropped: the watch brings
+        the object."""
         ns = obj["metadata"]["namespace"]
         kind = obj["kind"]
         if kind not in CHILD_KINDS:
             raise ValueError(f"cannot create a {kind}: not a child kind of a job")
         prefix, plural = rest.KIND_PATHS[kind]
         try:
-            rest.send(self.api_client, "POST", rest.collection_path(prefix, ns, plural), obj)
+            rest.send(self.api_client, "POST", collection_path(prefix, ns, plural), obj)
         except ApiException as exc:
             if exc.status == 409:
                 return False
@@ -277,44 +222,37 @@ class KubeApi:
 
     def read_child(self, kind: str, namespace: str, name: str) -> Obj | None:
         """A child-kind object as raw JSON, or None when it is gone."""
-        readers: dict[str, Callable[..., object]] = {
-            "Pod": self.core.read_namespaced_pod,
-            "Service": self.core.read_namespaced_service,
-            "ConfigMap": self.core.read_namespaced_config_map,
-            "ServiceAccount": self.core.read_namespaced_service_account,
-            "Role": self.rbac.read_namespaced_role,
-            "RoleBinding": self.rbac.read_namespaced_role_binding,
-            "NetworkPolicy": self.networking.read_namespaced_network_policy,
-        }
-        return read_or_none(readers[kind], name, namespace)
+        prefix, plural = rest.KIND_PATHS[kind]
+        return get_or_none(self.api_client, object_path(prefix, namespace, plural, name))
 
     def pod_log_tail(self, namespace: str, name: str, container: str, lines: int) -> str | None:
         """The last `lines` lines of a container's log; None when they cannot be read (the
         pod gone, its container never started, no right to pods/log)."""
+        path = object_path(CORE, namespace, "pods", name) + "/log"
         try:
-            text = self.core.read_namespaced_pod_log(
-                name, namespace, container=container, tail_lines=lines, _request_timeout=20
+            data = self.api_client.data(
+                "GET", path, timeout=20.0, query=[("container", container), ("tailLines", lines)]
             )
         except ApiException:
             return None
-        return str(text)
+        return data.decode("utf-8", "replace")
 
     def put_config_map(self, obj: Obj) -> None:
         """Create a ConfigMap, or replace the data of the one already there."""
         ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
         try:
-            create: Callable[..., object] = self.core.create_namespaced_config_map
-            create(ns, obj)  # a dict body is sent as it is
+            rest.send(self.api_client, "POST", collection_path(CORE, ns, "configmaps"), obj)
         except ApiException as exc:
             if exc.status != 409:
                 raise
-            self.core.patch_namespaced_config_map(name, ns, {"data": obj["data"]})
+            rest.send(self.api_client, "PATCH", object_path(CORE, ns, "configmaps", name),
+                      {"data": obj["data"]}, content_type=rest.MERGE_PATCH)  # fmt: skip
 
     def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
         """Delete a pod; already gone is fine."""
         query = [("gracePeriodSeconds", grace_seconds)] if grace_seconds is not None else None
         try:
-            path = rest.object_path("/api/v1", namespace, "pods", name)
+            path = object_path(CORE, namespace, "pods", name)
             rest.send(self.api_client, "DELETE", path, query=query)
         except ApiException as exc:
             if exc.status != 404:
@@ -323,9 +261,8 @@ class KubeApi:
     def delete_job(self, namespace: str, name: str) -> None:
         """Delete the job; its children follow through owner references (background GC)."""
         try:
-            self.custom.delete_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, name, propagation_policy="Background"
-            )
+            rest.send(self.api_client, "DELETE", object_path(JOBS, namespace, PLURAL, name),
+                      query=[("propagationPolicy", "Background")])  # fmt: skip
         except ApiException as exc:
             if exc.status != 404:
                 raise
@@ -333,7 +270,7 @@ class KubeApi:
     def patch_status(self, namespace: str, name: str, status: Obj) -> str | None:
         """Merge-patch the status subresource with `status` (None values delete keys);
         returns the job's resourceVersion after the write."""
-        path = rest.object_path(f"/apis/{GROUP}/{VERSION}", namespace, PLURAL, name) + "/status"
+        path = object_path(JOBS, namespace, PLURAL, name) + "/status"
         data = rest.send(self.api_client, "PATCH", path, {"status": status},
                          content_type=rest.MERGE_PATCH)  # fmt: skip
         meta = json.loads(data).get("metadata") if data else None
@@ -345,29 +282,9 @@ class KubeApi:
         # The log tells the same story as the events (recorded once per transition, so few):
         # an operator's log must say why it created or deleted what it did.
         log.info("%s/%s: %s %s: %s", meta["namespace"], meta["name"], event_type, reason, message)
-        now = datetime.now(UTC)
-        body = {
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
-            "involvedObject": {
-                "apiVersion": f"{GROUP}/{VERSION}",
-                "kind": KIND,
-                "name": meta["name"],
-                "namespace": meta["namespace"],
-                "uid": meta["uid"],
-            },
-            "type": event_type,
-            "reason": reason,
-            "message": message[:1024],
-            "source": {"component": "dtjob-operator"},
-            "firstTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "lastTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "count": 1,
-        }
-        try:
-            path = rest.collection_path("/api/v1", meta["namespace"], "events")
-            rest.send(self.api_client, "POST", path, body)  # read and dropped, as in create()
-        except ApiException as exc:
-            log.warning("could not record event %s on %s: %s", reason, meta["name"], exc.reason)
+        involved = {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "name": meta["name"],
+                    "namespace": meta["namespace"], "uid": meta["uid"]}  # fmt: skip
+        self._event(meta["namespace"], meta["name"], involved, event_type, reason, message)
 
     def emit_node_event(self, node: Obj, event_type: str, reason: str, message: str) -> None:
         """Record a core/v1 Event on a Node (`kubectl describe node` lists it). The API
@@ -376,20 +293,26 @@ class KubeApi:
         raised."""
         meta = node["metadata"]
         log.info("node %s: %s %s: %s", meta["name"], event_type, reason, message)
+        involved = {"apiVersion": "v1", "kind": "Node", "name": meta["name"],
+                    "uid": meta.get("uid", "")}  # fmt: skip
+        self._event("default", meta["name"], involved, event_type, reason, message)
+
+    def _event(self, namespace: str, name: str, involved: Obj, event_type: str, reason: str,
+               message: str) -> None:  # fmt: skip
         stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         body = {
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": "default"},
-            "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": meta["name"],
-                               "uid": meta.get("uid", "")},
+            "metadata": {"generateName": f"{name}.", "namespace": namespace},
+            "involvedObject": involved,
             "type": event_type, "reason": reason, "message": message[:1024],
             "source": {"component": "dtjob-operator"},
             "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
         }  # fmt: skip
         try:
-            self.core.create_namespaced_event("default", cast(Any, body))
+            # The answer is read and dropped, as in create().
+            rest.send(self.api_client, "POST", collection_path(CORE, namespace, "events"), body)
         except ApiException as exc:
-            log.warning("could not record event %s on node %s: %s", reason, meta["name"],
-                        exc.reason)  # fmt: skip
+            log.warning("could not record event %s on %s %s: %s", reason, involved["kind"],
+                        name, exc.reason)  # fmt: skip
 
     def taint_suspect_node(self, name: str, jobs: Sequence[str], why: str) -> None:
         """Taint the node `dtjob.io/suspect` (policies/suspect_taint.py) from a fresh read,
@@ -397,12 +320,13 @@ class KubeApi:
         raised: the jobs keep off the node whatever becomes of the taint."""
         for _ in range(3):
             try:
-                node = read_or_none(self.core.read_node, name)
+                node = self.get_node(name)
                 patch = taint_patch(node, jobs, why, datetime.now(UTC)) if node else None
                 if patch is None:
                     return
                 # A merge patch: the taints list is replaced whole, by what was read plus ours.
-                self.core.patch_node(name, patch, _content_type="application/merge-patch+json")
+                rest.send(self.api_client, "PATCH", object_path(CORE, None, "nodes", name),
+                          patch, content_type=rest.MERGE_PATCH)  # fmt: skip
                 log.warning("node %s tainted %s: %s", name, TAINT_KEY, why)
                 return
             except ApiException as exc:

@@ -8,10 +8,9 @@ from __future__ import annotations
 import logging
 from concurrent.futures import ThreadPoolExecutor
 
-from kubernetes.client.exceptions import ApiException
-
 from dtjob_operator.caches import Caches
 from dtjob_operator.k8s import KubeApi, Obj
+from dtjob_operator.kubehttp import ApiException
 from dtjob_operator.policies.nodes import (
     GANG_UP_PHASES,
     confirmed_lost,

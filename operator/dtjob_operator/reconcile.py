@@ -20,8 +20,6 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
 from dtjob_api.spec import DNS1123_SUBDOMAIN
 from dtjob_api.status import TERMINAL_PHASES, JobPhase
 from dtjob_operator import lifecycle
@@ -44,6 +42,7 @@ from dtjob_operator.health import Heartbeats
 from dtjob_operator.job_metrics import STRAGGLER_FIELD
 from dtjob_operator.k8s import KubeApi, Obj
 from dtjob_operator.kill_points import AFTER_ADMISSION_WRITTEN, KillPoints
+from dtjob_operator.kubehttp import ApiException
 from dtjob_operator.kueue.multikueue import dispatched
 from dtjob_operator.metrics import OperatorMetrics
 from dtjob_operator.pod_reads import PodReads

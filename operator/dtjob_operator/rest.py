@@ -1,67 +1,96 @@
-"""The operator's hot writes (child creates, pod deletes, status patches, Events) sent as
-plain JSON over the same ApiClient, past the generated API methods.
+"""The API's URL paths, and one-call helpers over kubehttp.HttpClient.
 
-Why: kubernetes 37's generated methods check their arguments with pydantic: a dict body
-becomes a model (model_validate) and then a dict again (model_dump) before it is sent.
-In a burst of gang creations that was most of a create's CPU besides TLS, for objects
-the pure builders already made in the API's own JSON. Everything else a call goes
-through stays: ApiClient.param_serialize (headers, auth, host) and call_api, so the rate
-limit, the leader guard, the timeouts and the request metrics of GuardedApiClient apply.
-
-Every answer is read to its end (`.data`) before it is dropped: an unread response keeps
-its connection out of the pool, and the next call pays a TLS handshake."""
+Every answer is read to its end before it is dropped (`HttpClient.data`): an unread
+response keeps its connection out of the pool, and the next call pays a TLS handshake."""
 
 from __future__ import annotations
 
+import json
+import logging
 from typing import Any
 from urllib.parse import quote
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
+from dtjob_operator.kubehttp import JSON, MERGE_PATCH, ApiException, HttpClient, Query
 
-JSON = "application/json"
-MERGE_PATCH = "application/merge-patch+json"
+__all__ = ["JSON", "MERGE_PATCH", "Query", "get_or_none", "list_pages", "send"]
+log = logging.getLogger(__name__)
+
+CORE = "/api/v1"
 
 # (API group/version path, plural) of each kind the operator creates.
 KIND_PATHS: dict[str, tuple[str, str]] = {
-    "Pod": ("/api/v1", "pods"),
-    "Service": ("/api/v1", "services"),
-    "ConfigMap": ("/api/v1", "configmaps"),
-    "ServiceAccount": ("/api/v1", "serviceaccounts"),
-    "Event": ("/api/v1", "events"),
+    "Pod": (CORE, "pods"),
+    "Service": (CORE, "services"),
+    "ConfigMap": (CORE, "configmaps"),
+    "ServiceAccount": (CORE, "serviceaccounts"),
+    "Event": (CORE, "events"),
     "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles"),
     "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings"),
     "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies"),
 }
 
 
-def collection_path(prefix: str, namespace: str, plural: str) -> str:
-    """The URL path of a namespaced collection."""
+def group_path(group: str, version: str) -> str:
+    """`/api/v1` for the core group, else `/apis/<group>/<version>`."""
+    return CORE if not group else f"/apis/{group}/{version}"
+
+
+def collection_path(prefix: str, namespace: str | None, plural: str) -> str:
+    """The URL path of a collection: namespaced, or across namespaces (or cluster-scoped)
+    when `namespace` is None."""
+    if namespace is None:
+        return f"{prefix}/{plural}"
     return f"{prefix}/namespaces/{quote(namespace, safe='')}/{plural}"
 
 
-def object_path(prefix: str, namespace: str, plural: str, name: str) -> str:
-    """The URL path of one namespaced object."""
+def object_path(prefix: str, namespace: str | None, plural: str, name: str) -> str:
+    """The URL path of one object (cluster-scoped when `namespace` is None)."""
     return f"{collection_path(prefix, namespace, plural)}/{quote(name, safe='')}"
 
 
 def send(
-    api: client.ApiClient,
+    api: HttpClient,
     method: str,
     path: str,
     body: Any = None,
-    query: list[tuple[str, Any]] | None = None,
+    query: Query | None = None,
     content_type: str = JSON,
 ) -> bytes:
-    """One request; the answer's body (read whole). A non-2xx answer raises ApiException,
-    as the generated methods do (its .status, .reason and .body)."""
-    headers = {"Accept": JSON, "Content-Type": content_type}
-    method, url, headers, body, post = api.param_serialize(
-        method=method, resource_path=path, query_params=query or None,
-        header_params=headers, body=body, auth_settings=["BearerToken"],
-    )  # fmt: skip
-    resp = api.call_api(method, url, headers, body, post)
-    data = resp.read()  # type: ignore[no-untyped-call]
-    if not 200 <= resp.status <= 299:
-        raise ApiException.from_response(http_resp=resp, body=None, data=None)
-    return bytes(data or b"")
+    """One request; the answer's body (read whole). A non-2xx answer raises ApiException."""
+    return api.data(method, path, query=query, body=body, content_type=content_type)
+
+
+def get_or_none(api: HttpClient, path: str) -> dict[str, Any] | None:
+    """One object as raw JSON, or None when it does not exist (404)."""
+    try:
+        obj: dict[str, Any] = json.loads(api.data("GET", path))
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return obj
+
+
+def list_pages(
+    api: HttpClient, path: str, page_size: int, query: Query | None = None
+) -> list[dict[str, Any]]:
+    """Every item of a list, fetched `page_size` at a time (limit + continue), raw JSON.
+
+    A continue token the API server no longer knows (410 Expired: compacted away during a
+    long list) restarts the list in one piece, as client-go's pager does: the pages already
+    read may be from an older revision than the rest, so they are dropped."""
+    items: list[dict[str, Any]] = []
+    token: str | None = None
+    while True:
+        paged = [*(query or ()), ("limit", page_size), ("continue", token)]
+        try:
+            body = json.loads(api.data("GET", path, query=paged))
+        except ApiException as exc:
+            if exc.status != 410 or token is None:
+                raise
+            log.info("list continue token expired after %d items; listing again", len(items))
+            return list(json.loads(api.data("GET", path, query=query)).get("items") or [])
+        items.extend(body.get("items") or [])
+        token = (body.get("metadata") or {}).get("continue") or None
+        if not token:
+            return items

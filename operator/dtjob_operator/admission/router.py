@@ -66,7 +66,7 @@ class AdmissionRouter:
         self.external: ExternalBackend | None = None
         if self.mode in ("builtin", "kueue"):
             self.kueue = KueueBackend(
-                KueueApi(api.custom), settings, caches.list_priority_classes,
+                KueueApi(api.api_client), settings, caches.list_priority_classes,
                 caches.workloads_of, caches.watch_workloads_if_served, metrics,
             )  # fmt: skip
         if self.mode == "builtin":

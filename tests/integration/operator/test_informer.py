@@ -10,8 +10,11 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from dtjob_operator import kubeconfig
+from dtjob_operator.api_client import GuardedApiClient
 from dtjob_operator.constants import LABEL_JOB_NAME
-from dtjob_operator.informer import Informer
+from dtjob_operator.informer import Informer, lister
+from dtjob_operator.rest import CORE
 from helpers.kube import wait_for
 
 pytestmark = [pytest.mark.integration]
@@ -32,9 +35,10 @@ def events() -> list[tuple[str, str]]:
 
 @pytest.fixture
 def informer(cluster, namespace, events) -> Iterator[Informer]:  # type: ignore[no-untyped-def]
+    http = GuardedApiClient(kubeconfig.from_kubeconfig([cluster.kubeconfig]), (5.0, 30.0))
     inf = Informer(
         "test-pods",
-        cluster.core.list_namespaced_pod,
+        lister(http, CORE, "pods"),
         namespace=namespace,
         label_selector=LABEL_JOB_NAME,
         index_label=LABEL_JOB_NAME,

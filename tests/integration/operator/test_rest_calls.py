@@ -1,27 +1,25 @@
-"""The operator's hot writes (dtjob_operator/rest.py) against the real API server: they
-bypass the generated client methods, so what those did for us is checked here: bodies
-arrive as sent, a taken name is a 409, a refused object raises with the server's
-message, a merge patch deletes keys set to None, and every answer is read so its
-connection goes back to the pool."""
+"""The operator's own HTTP client (kubehttp.py, kubeconfig.py) against the real API
+server: bodies arrive as sent, a taken name is a 409, a refused object raises with the
+server's message, a merge patch deletes keys set to None, every answer is read so its
+connection goes back to the pool, and the client certificate and CA of the kubeconfig
+are used (and a server the CA did not sign is refused)."""
 
 from __future__ import annotations
 
 import pytest
-from kubernetes import client, config
-from kubernetes.client.exceptions import ApiException
+from kubernetes import client
 
-from dtjob_operator.api_client import GuardedApiClient, is_transport_error, share_tls_context
+from dtjob_operator import kubeconfig
+from dtjob_operator.api_client import GuardedApiClient, is_transport_error
 from dtjob_operator.k8s import KubeApi
+from dtjob_operator.kubehttp import ApiException
 from helpers.jobs import JobBuilder, create_job, status
 
 
 @pytest.fixture
 def api(cluster, crd) -> KubeApi:  # type: ignore[no-untyped-def]
-    cfg = client.Configuration()
-    config.load_kube_config(config_file=str(cluster.kubeconfig), client_configuration=cfg)
-    api_client = GuardedApiClient(cfg, (5.0, 30.0))
-    share_tls_context(api_client)  # as load_client_config does
-    return KubeApi(api_client)
+    access = kubeconfig.from_kubeconfig([cluster.kubeconfig])
+    return KubeApi(GuardedApiClient(access, (5.0, 30.0)))
 
 
 def _pod(namespace: str, name: str) -> dict:  # type: ignore[type-arg]
@@ -85,9 +83,7 @@ def test_answers_are_read_so_connections_are_reused(api: KubeApi, namespace: str
     for i in range(50):
         api.create(_pod(namespace, f"r{i}"))
         api.delete_pod(namespace, f"r{i}", grace_seconds=0)
-    pool = api.api_client.rest_client.pool_manager.connection_from_url(
-        api.api_client.configuration.host
-    )
+    pool = api.api_client.pool.connection_from_url(api.api_client.server)
     opened = pool.num_connections
     assert opened <= 2, f"{opened} connections opened for 100 sequential calls"
 
@@ -95,15 +91,13 @@ def test_answers_are_read_so_connections_are_reused(api: KubeApi, namespace: str
 def test_the_shared_tls_context_still_checks_the_server(cluster, api: KubeApi) -> None:  # type: ignore[no-untyped-def]
     """One context for the pool, its files loaded once: the client certificate still
     authenticates (the calls above), and a server the CA did not sign is refused."""
-    kw = api.api_client.rest_client.pool_manager.connection_pool_kw
+    kw = api.api_client.pool.connection_pool_kw
     assert "ssl_context" in kw and "cert_file" not in kw and "ca_certs" not in kw
     assert api.list_nodes()  # authenticated by the client certificate in the context
-    cfg = client.Configuration()
-    config.load_kube_config(config_file=str(cluster.kubeconfig), client_configuration=cfg)
-    cfg.ssl_ca_cert = None  # the system's CAs, which did not sign the local API server's
-    cfg.ca_cert_data = None
-    other = GuardedApiClient(cfg, (5.0, 5.0))
-    share_tls_context(other)
+    access = kubeconfig.from_kubeconfig([cluster.kubeconfig])
+    # The system's CAs, which did not sign the local API server's.
+    access.ca_file = access.ca_data = None
+    other = GuardedApiClient(access, (5.0, 5.0), retries=0)
     with pytest.raises(Exception) as err:
         KubeApi(other).list_nodes()
     assert is_transport_error(err.value)

@@ -9,7 +9,6 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from kubernetes import client
 
 from dtjob_operator.api_client import (
     GuardedApiClient,
@@ -18,13 +17,11 @@ from dtjob_operator.api_client import (
     request_kind,
 )
 from dtjob_operator.k8s import KubeApi
+from dtjob_operator.kubeconfig import ClusterAccess
 
 
 def make_client(port: int, timeout: tuple[float, float] = (1.0, 1.0)) -> GuardedApiClient:
-    cfg = client.Configuration()
-    cfg.host = f"http://127.0.0.1:{port}"
-    cfg.retries = 0
-    return GuardedApiClient(cfg, timeout)
+    return GuardedApiClient(ClusterAccess(server=f"http://127.0.0.1:{port}"), timeout, retries=0)
 
 
 @pytest.fixture

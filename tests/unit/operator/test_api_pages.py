@@ -10,10 +10,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 import pytest
-from kubernetes import client
 
 from dtjob_operator.api_client import GuardedApiClient
 from dtjob_operator.k8s import KubeApi
+from dtjob_operator.kubeconfig import ClusterAccess
 
 
 class PagingServer(ThreadingHTTPServer):
@@ -68,10 +68,8 @@ def server() -> Iterator[PagingServer]:
 
 
 def api_for(srv: PagingServer, limiter: object = None) -> GuardedApiClient:
-    cfg = client.Configuration()
-    cfg.host = f"http://127.0.0.1:{srv.server_address[1]}"
-    cfg.retries = 0
-    return GuardedApiClient(cfg, (1.0, 2.0), limiter)  # type: ignore[arg-type]
+    access = ClusterAccess(server=f"http://127.0.0.1:{srv.server_address[1]}")
+    return GuardedApiClient(access, (1.0, 2.0), limiter, retries=0)  # type: ignore[arg-type]
 
 
 def names(items: list[dict[str, object]]) -> list[str]:

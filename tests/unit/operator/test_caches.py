@@ -355,7 +355,6 @@ class AnyCall:
 
 def built(namespaces: list[str], on_capacity: Any = lambda: None) -> Caches:
     api = AnyCall()
-    api.core, api.custom, api.scheduling = AnyCall(), AnyCall(), AnyCall()
     settings = OperatorSettings(namespaces=namespaces)
     caches = Caches(api, settings, lambda key: None, on_capacity)  # type: ignore[arg-type]
     caches._build()
@@ -376,7 +375,7 @@ def test_watching_all_namespaces_no_pod_is_cached_twice_and_the_admission_sees_t
     freed: list[str] = []
     caches = built([], on_capacity=lambda: freed.append("pass"))
     assert caches.unfinished_pods is not None
-    assert caches.unfinished_pods._selectors["label_selector"] == f"!{LABEL_JOB_NAME}"
+    assert caches.unfinished_pods.label_selector == f"!{LABEL_JOB_NAME}"
     watch(caches.unfinished_pods, "ADDED", running("other", "1", job=None))
     freed.clear()
     (job_pods,) = caches.job_pods
@@ -393,7 +392,7 @@ def test_watching_all_namespaces_no_pod_is_cached_twice_and_the_admission_sees_t
 def test_watching_some_namespaces_the_capacity_cache_keeps_every_pod() -> None:
     caches = built(["team-a"])
     assert caches.unfinished_pods is not None
-    assert "label_selector" not in caches.unfinished_pods._selectors
+    assert caches.unfinished_pods.label_selector is None
     # A job pod of another installation's namespace holds room this one must count.
     watch(caches.unfinished_pods, "ADDED", running("elsewhere-worker-0", "1"))
     assert {p["metadata"]["name"] for p in caches.list_all_pods()} == {"elsewhere-worker-0"}

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
 from unit.operator.builders import a_job, a_pod
 
 from dtjob_operator.builders import Job
+from dtjob_operator.kubehttp import ApiException
 from dtjob_operator.kueue.api import KueueNotServed
 from dtjob_operator.kueue.backend import KueueBackend
 from dtjob_operator.kueue.workload import build_workload
@@ -172,13 +172,11 @@ def test_a_missing_workload_and_a_missing_api_are_told_apart() -> None:
     from dtjob_operator.kueue.api import KueueApi
 
     def answer(body: str) -> KueueApi:
-        class Custom:
-            def get_namespaced_custom_object(self, *args: Any, **kwargs: Any) -> Any:
-                exc = ApiException(status=404, reason="Not Found")
-                exc.body = body
-                raise exc
+        class Http:
+            def json(self, *args: Any, **kwargs: Any) -> Any:
+                raise ApiException(status=404, reason="Not Found", body=body)
 
-        return KueueApi(Custom())  # type: ignore[arg-type]
+        return KueueApi(Http())  # type: ignore[arg-type]
 
     named = '{"kind":"Status","reason":"NotFound","details":{"name":"w","kind":"workloads"}}'
     assert answer(named).get_workload("ns", "w") is None
