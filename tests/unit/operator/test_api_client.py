@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -164,3 +167,23 @@ def test_requests_are_named_as_the_api_servers_metrics_name_them(
     method: str, url: str, kind: tuple[str, str]
 ) -> None:
     assert request_kind(method, url) == kind
+
+
+def test_the_operator_process_never_imports_the_generated_client() -> None:
+    """`python -m dtjob_operator` loads the whole operator (kopf included) without the
+    `kubernetes` package, installed or not: its generated client is some 20 MiB of heap
+    (kubehttp.py says why the operator does not need it)."""
+    code = (
+        "import runpy, sys; sys.argv = ['x']; "
+        "runpy.run_module('dtjob_operator.__main__', run_name='not_main'); "
+        "import dtjob_operator.run, dtjob_operator.handlers; "
+        "print(sorted(m for m in sys.modules if m.startswith('kubernetes') and sys.modules[m]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
