@@ -1,6 +1,7 @@
 """What the operator reads, from watch-backed caches (informers) instead of lists per pass.
 
-- The jobs (the reconcile's read; kopf's own watch of them wakes the reconciles).
+- The jobs (the reconcile's read; their changes wake the reconciles: kopf watches nothing
+  while the caches are on, handlers.py).
 - The pods and ConfigMaps the operator owns: label-selected on the server
   (`dtjob.io/job-name`), indexed by job; a change wakes that job's reconcile. Of the loss
   history ConfigMaps only the metadata is kept, and their updates wake nothing: the
@@ -167,8 +168,8 @@ class Caches:
         pods_call = lister(http, CORE, "pods")
         cms_call = lister(http, CORE, "configmaps")
         jobs_call = lister(http, JOBS, PLURAL)
-        # kopf's watch of the jobs wakes their reconciles; this one does too, for a reconcile
-        # that read the cache a moment before it caught up with a change of the job.
+        # The one watch of the jobs: a change wakes the job's reconcile (handlers.py says why
+        # kopf does not watch them too).
         self.jobs = [
             Informer("jobs", jobs_call, trim=trim_owned, on_change=job_changed, **common, **s)
             for s in scopes
@@ -283,7 +284,8 @@ class Caches:
                 written = self._written_jobs.get(key, _rv_of(cached))
                 if written == _rv_of(cached):
                     self._written_jobs.pop(key, None)  # the cache has seen our last write
-                # Deleted, or another incarnation since, per kopf's watch: not this one.
+                # Deleted, or another incarnation since, per another watch (saw_job): not
+                # this one.
                 current = self._current_uids.get(key, _uid_of(cached))
                 settled = written == _rv_of(cached) and current == _uid_of(cached)
             if settled:
@@ -295,8 +297,9 @@ class Caches:
         return live
 
     def saw_job(self, namespace: str, name: str, uid: str | None) -> None:
-        """Another watch (kopf's) saw the job named so with this uid (None: deleted). Until
-        the cache holds that incarnation, the job is read from the API server."""
+        """Another watch (kopf's, with the caches off) saw the job named so with this uid
+        (None: deleted). Until the cache holds that incarnation, the job is read from the
+        API server."""
         with self._lock:
             self._current_uids[(namespace, name)] = uid
 
@@ -369,7 +372,7 @@ class Caches:
             for informer in self.jobs
             for j in informer.items()
         }
-        with self._lock:  # as in get_job: our last write, and kopf's word on the incarnation
+        with self._lock:  # as in get_job: our last write, another watch's word on the uid
             seen = [k for k, v in self._written_jobs.items() if k in jobs and _rv_of(jobs[k]) == v]
             for key in seen:
                 del self._written_jobs[key]

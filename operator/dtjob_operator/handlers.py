@@ -113,20 +113,24 @@ def register(
     def on_login(**_: Any) -> kopf.ConnectionInfo:
         return connection_info(reconciler.api.api_client.access)
 
+    if settings.informers:
+        # The caches' watches wake the reconciles: the jobs' (caches.py, job_changed), their
+        # pods' and ConfigMaps', the quotas'. kopf watches nothing then. Its watch of the
+        # jobs was a second one: every job event parsed twice, and kopf's processing of
+        # each (its diff-base of the object, deep copies) was 44 % of the operator's CPU
+        # in a burst of gang creations (py-spy --gil, bench/operator_scale.py --only burst).
+        return
+
+    # Without the caches: kopf streams the jobs, every pod and ConfigMap, and the quotas.
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
     def on_job_event(
         namespace: str | None, name: str, uid: str | None, type: str | None, **_: Any
     ) -> None:
         if namespace:
-            # The job cache's watch may be a moment behind this one: which incarnation of
-            # the name is current, so that the reconcile never acts on a deleted one.
             reconciler.caches.saw_job(namespace, name, None if type == "DELETED" else uid)
             reconciler.queue.add((namespace, name))
 
-    if settings.informers:
-        return  # pods, ConfigMaps and quotas: the caches' watches wake the reconciles
-
-    # Without the caches: kopf streams every pod and ConfigMap and filters them here.
+    # kopf filters the pods and ConfigMaps by label here.
     @kopf.on.event("", "v1", "pods", labels={LABEL_JOB_NAME: kopf.PRESENT}, registry=registry)
     def on_pod_event(namespace: str | None, labels: Mapping[str, str], **_: Any) -> None:
         if namespace:
