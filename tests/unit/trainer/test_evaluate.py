@@ -1,7 +1,10 @@
 """Final evaluation streams the test set in chunks whose output stays under a budget, so its
-peak memory does not grow with the test set; the accuracy is that of one big batch."""
+peak memory does not grow with the test set; the accuracy is that of one big batch. Compiled
+blocks (trainer.compile) are scored eagerly, never compiled again for the one pass."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 from torch import nn
@@ -71,3 +74,36 @@ def test_evaluation_restores_training_mode() -> None:
     model.train()
     accuracy(model, tokens(10), CPU)
     assert model.training
+
+
+class Block(nn.Module):
+    """A model block of our own (dynamo leaves torch.nn's own modules' frames alone)."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.inner(x)
+        return out
+
+
+def test_compiled_blocks_are_scored_eagerly_and_never_compiled_again() -> None:
+    # Scored compiled, a trainer.compile run compiled every graph twice more for the final
+    # pass (no_grad, then the chunks' batch sizes); eagerly, the accuracy is the same.
+    compiled: list[int] = []
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Any:
+        compiled.append(len(example_inputs))
+        return gm.forward
+
+    model = Recorder()
+    model.net = nn.Sequential(*(Block(layer) for layer in model.net))
+    for block in model.net:
+        block.compile(backend=backend)
+    data = tokens(40)
+    want = one_batch_accuracy(Recorder(), data)
+    assert accuracy(model, data, CPU, output_bytes=4 * 1024 * 10) == want
+    assert compiled == []
+    model.net(data.x_test[:2])  # outside the scoring the blocks are compiled
+    assert compiled

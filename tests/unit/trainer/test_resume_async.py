@@ -217,7 +217,17 @@ def test_one_hogwild_pod_without_ps_resumes_at_its_own_checkpoint(tmp_path: Path
     assert uninterrupted.rc == 0, uninterrupted.output
     assert uninterrupted.result is not None
 
-    stopped = stop_after_checkpoint(spec, tmp_path)
+    # Stopped once the loss has dropped (the resumed run's first loss tells a resume from
+    # scratch apart), not at the first checkpoint: that one came early enough only while
+    # each Hogwild process was a new interpreter, and SIGTERM landed seconds after it.
+    stopped = stop_after_checkpoint(
+        spec,
+        tmp_path,
+        until=(
+            lambda ckpt: any(s >= STOP_AFTER for s in Checkpointer(ckpt).steps()),
+            f"a checkpoint of step {STOP_AFTER} or later",
+        ),
+    )
     assert stopped.rc == EXIT_PREEMPTED, stopped.output
     saved = Checkpointer(stopped.checkpoint_dir).load_latest()
     assert saved is not None and 0 < saved.step < steps

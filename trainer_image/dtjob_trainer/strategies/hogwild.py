@@ -2,11 +2,11 @@
 shared parameters.
 
 Inside a pod, each worker rank puts its model in shared memory (`share_memory()`) and
-starts `parameterServer.hogwildProcesses` processes (torch.multiprocessing, spawn); each
-runs its own optimizer on the same parameter storage, with no lock, on its own shard of
-every global batch (process j of worker w takes shard w * K + j of the w * K pieces).
-`trainer.steps` counts updates per Hogwild process. These processes are not ranks of the
-job: the pod's rank supervises them.
+starts `parameterServer.hogwildProcesses` processes (torch.multiprocessing, started as
+`hogwild_context` says); each runs its own optimizer on the same parameter storage, with no
+lock, on its own shard of every global batch (process j of worker w takes shard w * K + j
+of the w * K pieces). `trainer.steps` counts updates per Hogwild process. These processes
+are not ranks of the job: the pod's rank supervises them.
 
 Across pods it is the asynchronous parameter server: the pod's rank pushes what its
 processes changed since the last exchange (a DELTA request: the PS ranks add it) about once
@@ -17,10 +17,12 @@ needed; the rank then checkpoints the shared parameters itself.
 
 from __future__ import annotations
 
+import glob
 import logging
 import os
 import time
 from dataclasses import dataclass
+from multiprocessing.context import ForkServerContext, SpawnContext
 from multiprocessing.synchronize import Event
 
 import torch
@@ -53,7 +55,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class HogwildTask:
-    """What one Hogwild process does (picklable: it crosses the spawn boundary)."""
+    """What one Hogwild process does (picklable: it crosses the process boundary)."""
 
     index: int
     """Slot of this process in the pod's shared counters."""
@@ -128,6 +130,22 @@ def hogwild_process(
         losses[task.index] = loss.detach().to(losses.dtype)
 
 
+def hogwild_context() -> SpawnContext | ForkServerContext:
+    """How a pod's Hogwild processes start: where no GPU device node is visible, forked from
+    a server that imported torch and this module once (`forked.start_server`), so a pod of
+    K processes pays that import once instead of K times (about 6 CPU-s each: a spawned
+    process is a new interpreter; in a two-pod CPU job, 26 of a launch's 44 CPU-s); with
+    GPUs, spawned, as the launcher starts its processes there (forked.py). Either way a
+    process is started clean, never forked from the rank with its threads and sockets."""
+    from dtjob_trainer.launch import GPU_DEVICE_NODES
+
+    if any(glob.glob(pattern) for pattern in GPU_DEVICE_NODES):
+        return mp.get_context("spawn")
+    from dtjob_trainer.forked import start_server
+
+    return start_server([__name__])
+
+
 def _shared(t: torch.Tensor) -> torch.Tensor:
     """`t` moved to shared memory (CUDA tensors are shared through CUDA IPC as they are)."""
     t.share_memory_()  # type: ignore[no-untyped-call]
@@ -146,8 +164,8 @@ class HogwildPod:
         self.start = start
         self.counters = _shared(torch.zeros(k, dtype=torch.int64))
         self.losses = _shared(torch.full((k,), float("nan"), dtype=torch.float64))
-        spawn = mp.get_context("spawn")
-        self.stop_event = spawn.Event()
+        start_method = hogwild_context()
+        self.stop_event = start_method.Event()
         self.align = StopAlignment(
             _shared(torch.zeros(k, dtype=torch.int64)),
             _shared(torch.full((1,), -1, dtype=torch.int64)),
@@ -156,7 +174,7 @@ class HogwildPod:
         x = _shared(data.x_train.to(ctx.device))
         y = _shared(data.y_train.to(ctx.device))
         self.procs = [
-            spawn.Process(
+            start_method.Process(
                 target=hogwild_process,
                 args=(
                     HogwildTask(

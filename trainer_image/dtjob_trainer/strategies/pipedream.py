@@ -26,7 +26,7 @@ from dtjob_api.spec import PipelineSchedule
 from dtjob_trainer.context import RunContext, RunResult
 from dtjob_trainer.data import batch
 from dtjob_trainer.dist import broadcast_object
-from dtjob_trainer.evaluate import eval_autocast, scored_rows
+from dtjob_trainer.evaluate import scored_rows, scoring
 from dtjob_trainer.loop import Trainable, run_loop
 from dtjob_trainer.models import loss_fn
 from dtjob_trainer.optim import build_optimizer
@@ -159,7 +159,7 @@ def run_pipedream(
         data = ctx.data
         rows = scored_rows(data, cfg.dataset.evalSamples)
         correct = 0
-        with eval_autocast(driver.device):
+        with scoring(driver.device):
             for start in range(0, rows, cfg.batchSize):
                 xs = data.x_test[start : min(rows, start + cfg.batchSize)].to(driver.device)
                 out = driver.forward_only(xs if driver.is_first else None)

@@ -49,7 +49,7 @@ from dtjob_api.spec import PipelineSchedule
 from dtjob_trainer.context import RunContext, RunResult
 from dtjob_trainer.data import batch
 from dtjob_trainer.dist import broadcast_object
-from dtjob_trainer.evaluate import eval_autocast, scored_rows
+from dtjob_trainer.evaluate import scored_rows, scoring
 from dtjob_trainer.loop import Trainable, run_loop
 from dtjob_trainer.models import loss_fn, split_into_stages
 from dtjob_trainer.optim import build_optimizer
@@ -196,7 +196,7 @@ def pipeline_accuracy(
     chunk = max(plan.microbatches, chunk - chunk % plan.microbatches)
     n = x.shape[0]
     correct = 0
-    with eval_autocast(device):
+    with scoring(device):
         for start in range(0, n, chunk):
             xs, ys = x[start : start + chunk], y[start : start + chunk]
             rows = xs.shape[0]
