@@ -83,7 +83,7 @@ API_CALLS: frozenset[tuple[str, str, str]] = frozenset(
 )
 
 
-# The kinds create() makes: a job's children (every kind rest.py sends but Events).
+# The kinds create() makes: a job's children (every kind of rest.KIND_PATHS but Events).
 CHILD_KINDS = frozenset(rest.KIND_PATHS) - {"Event"}
 
 
@@ -177,8 +177,7 @@ class KubeApi:
     def create_lease(self, namespace: str, body: Obj) -> bool:
         """Create the Lease; False when another replica created it first."""
         try:
-            rest.send(self.api_client, "POST",
-                      collection_path(COORDINATION, namespace, "leases"), body)  # fmt: skip
+            self.api_client.data("POST", collection_path(COORDINATION, namespace, "leases"), body)
         except ApiException as exc:
             if exc.status == 409:
                 return False
@@ -189,7 +188,7 @@ class KubeApi:
         """Replace the Lease at its resourceVersion; False when someone else wrote it first."""
         path = object_path(COORDINATION, namespace, "leases", body["metadata"]["name"])
         try:
-            rest.send(self.api_client, "PUT", path, body)
+            self.api_client.data("PUT", path, body)
         except ApiException as exc:
             if exc.status == 409:
                 return False
@@ -213,7 +212,7 @@ class KubeApi:
             raise ValueError(f"cannot create a {kind}: not a child kind of a job")
         prefix, plural = rest.KIND_PATHS[kind]
         try:
-            rest.send(self.api_client, "POST", collection_path(prefix, ns, plural), obj)
+            self.api_client.data("POST", collection_path(prefix, ns, plural), obj)
         except ApiException as exc:
             if exc.status == 409:
                 return False
@@ -241,19 +240,23 @@ class KubeApi:
         """Create a ConfigMap, or replace the data of the one already there."""
         ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
         try:
-            rest.send(self.api_client, "POST", collection_path(CORE, ns, "configmaps"), obj)
+            self.api_client.data("POST", collection_path(CORE, ns, "configmaps"), obj)
         except ApiException as exc:
             if exc.status != 409:
                 raise
-            rest.send(self.api_client, "PATCH", object_path(CORE, ns, "configmaps", name),
-                      {"data": obj["data"]}, content_type=rest.MERGE_PATCH)  # fmt: skip
+            self.api_client.data(
+                "PATCH",
+                object_path(CORE, ns, "configmaps", name),
+                {"data": obj["data"]},
+                content_type=rest.MERGE_PATCH,
+            )
 
     def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
         """Delete a pod; already gone is fine."""
         query = [("gracePeriodSeconds", grace_seconds)] if grace_seconds is not None else None
         try:
             path = object_path(CORE, namespace, "pods", name)
-            rest.send(self.api_client, "DELETE", path, query=query)
+            self.api_client.data("DELETE", path, query=query)
         except ApiException as exc:
             if exc.status != 404:
                 raise
@@ -261,8 +264,11 @@ class KubeApi:
     def delete_job(self, namespace: str, name: str) -> None:
         """Delete the job; its children follow through owner references (background GC)."""
         try:
-            rest.send(self.api_client, "DELETE", object_path(JOBS, namespace, PLURAL, name),
-                      query=[("propagationPolicy", "Background")])  # fmt: skip
+            self.api_client.data(
+                "DELETE",
+                object_path(JOBS, namespace, PLURAL, name),
+                query=[("propagationPolicy", "Background")],
+            )
         except ApiException as exc:
             if exc.status != 404:
                 raise
@@ -271,8 +277,9 @@ class KubeApi:
         """Merge-patch the status subresource with `status` (None values delete keys);
         returns the job's resourceVersion after the write."""
         path = object_path(JOBS, namespace, PLURAL, name) + "/status"
-        data = rest.send(self.api_client, "PATCH", path, {"status": status},
-                         content_type=rest.MERGE_PATCH)  # fmt: skip
+        data = self.api_client.data(
+            "PATCH", path, {"status": status}, content_type=rest.MERGE_PATCH
+        )
         meta = json.loads(data).get("metadata") if data else None
         return str(meta["resourceVersion"]) if meta and meta.get("resourceVersion") else None
 
@@ -309,7 +316,7 @@ class KubeApi:
         }  # fmt: skip
         try:
             # The answer is read and dropped, as in create().
-            rest.send(self.api_client, "POST", collection_path(CORE, namespace, "events"), body)
+            self.api_client.data("POST", collection_path(CORE, namespace, "events"), body)
         except ApiException as exc:
             log.warning("could not record event %s on %s %s: %s", reason, involved["kind"],
                         name, exc.reason)  # fmt: skip
@@ -325,8 +332,12 @@ class KubeApi:
                 if patch is None:
                     return
                 # A merge patch: the taints list is replaced whole, by what was read plus ours.
-                rest.send(self.api_client, "PATCH", object_path(CORE, None, "nodes", name),
-                          patch, content_type=rest.MERGE_PATCH)  # fmt: skip
+                self.api_client.data(
+                    "PATCH",
+                    object_path(CORE, None, "nodes", name),
+                    patch,
+                    content_type=rest.MERGE_PATCH,
+                )
                 log.warning("node %s tainted %s: %s", name, TAINT_KEY, why)
                 return
             except ApiException as exc:

@@ -133,13 +133,13 @@ class HttpClient:
             raise ApiException(resp.status, resp.reason, text, resp.headers)
         raise AssertionError("unreachable")
 
-    def data(self, method: str, path: str, **kwargs: Any) -> bytes:
+    def data(self, method: str, path: str, body: Any = None, **kwargs: Any) -> bytes:
         """The answer's body (read whole, so its connection goes back to the pool)."""
-        return bytes(self.request(method, path, **kwargs).data or b"")
+        return bytes(self.request(method, path, body=body, **kwargs).data or b"")
 
-    def json(self, method: str, path: str, **kwargs: Any) -> Any:
+    def json(self, method: str, path: str, body: Any = None, **kwargs: Any) -> Any:
         """The answer, parsed."""
-        raw = self.data(method, path, **kwargs)
+        raw = self.data(method, path, body, **kwargs)
         return json.loads(raw) if raw else None
 
     def _token_rotates(self) -> bool:

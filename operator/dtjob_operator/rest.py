@@ -1,7 +1,5 @@
-"""The API's URL paths, and one-call helpers over kubehttp.HttpClient.
-
-Every answer is read to its end before it is dropped (`HttpClient.data`): an unread
-response keeps its connection out of the pool, and the next call pays a TLS handshake."""
+"""The API's URL paths, and the read helpers over kubehttp.HttpClient (one object or
+None, a whole paginated list)."""
 
 from __future__ import annotations
 
@@ -12,7 +10,7 @@ from urllib.parse import quote
 
 from dtjob_operator.kubehttp import JSON, MERGE_PATCH, ApiException, HttpClient, Query
 
-__all__ = ["JSON", "MERGE_PATCH", "Query", "get_or_none", "list_pages", "send"]
+__all__ = ["JSON", "MERGE_PATCH", "Query", "get_or_none", "list_pages"]
 log = logging.getLogger(__name__)
 
 CORE = "/api/v1"
@@ -48,22 +46,10 @@ def object_path(prefix: str, namespace: str | None, plural: str, name: str) -> s
     return f"{collection_path(prefix, namespace, plural)}/{quote(name, safe='')}"
 
 
-def send(
-    api: HttpClient,
-    method: str,
-    path: str,
-    body: Any = None,
-    query: Query | None = None,
-    content_type: str = JSON,
-) -> bytes:
-    """One request; the answer's body (read whole). A non-2xx answer raises ApiException."""
-    return api.data(method, path, query=query, body=body, content_type=content_type)
-
-
 def get_or_none(api: HttpClient, path: str) -> dict[str, Any] | None:
     """One object as raw JSON, or None when it does not exist (404)."""
     try:
-        obj: dict[str, Any] = json.loads(api.data("GET", path))
+        obj: dict[str, Any] = api.json("GET", path)
     except ApiException as exc:
         if exc.status == 404:
             return None

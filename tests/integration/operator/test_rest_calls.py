@@ -68,7 +68,7 @@ def test_status_merge_patch_and_events(cluster, api: KubeApi, namespace: str) ->
     got = status(cluster.api, namespace, name)
     assert "reason" not in got and got["restarts"] == 2
 
-    api.emit_event(job, "Normal", "RestCheck", "an event through rest.send")
+    api.emit_event(job, "Normal", "RestCheck", "an event through the operator's client")
     events = (
         client.CoreV1Api(cluster.api)
         .list_namespaced_event(namespace, field_selector="reason=RestCheck")
