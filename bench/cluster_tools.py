@@ -57,6 +57,21 @@ def cpu_seconds(pid: int) -> float:
     return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
+def control_plane_pids(kubeconfig: Path) -> dict[str, int]:
+    """The local cluster's processes (API server, etcd, controller manager, scheduler,
+    KWOK) by name, from the pid files next to its kubeconfig; the ones not running are
+    left out."""
+    pids = {}
+    for pidfile in sorted((kubeconfig.parent / "pids").glob("*.pid")):
+        try:
+            pid = int(pidfile.read_text())
+            cpu_seconds(pid)
+        except (OSError, ValueError):
+            continue
+        pids[pidfile.stem] = pid
+    return pids
+
+
 def memory_mib(pid: int) -> dict[str, float]:
     """Resident memory now (VmRSS) and at its peak (VmHWM), in MiB."""
     out = {}

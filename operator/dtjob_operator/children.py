@@ -1,11 +1,12 @@
 """Creating a job's children for the reconcile: the other children first and in order,
-then the gang's pods in slow-start batches; a refusal becomes a CreateError for the planner,
+then the gang's pods, a probe first; a refusal becomes a CreateError for the planner,
 and a refused job is retried with a backoff of its own. Split from reconcile.py, which
 decides when; this module knows how."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from dtjob_operator.k8s import KubeApi, Obj
@@ -15,7 +16,7 @@ from dtjob_operator.metrics import OperatorMetrics
 from dtjob_operator.plan_types import Plan
 from dtjob_operator.policies.create_errors import CreateError, create_error_of
 from dtjob_operator.policies.ownership import ownership_conflict
-from dtjob_operator.policies.slow_start import create_in_batches
+from dtjob_operator.policies.probe_first import create_in_batches
 
 log = logging.getLogger(__name__)
 
@@ -46,37 +47,49 @@ class ChildCreator:
         self._ensured: dict[str, set[tuple[str, str]]] = {}
         self._failures: dict[str, int] = {}  # by job UID: refused creates in a row
 
-    def create(self, plan: Plan, job: Obj) -> CreateError | None:
+    def create(
+        self, plan: Plan, job: Obj, before_pods: Callable[[], object] = lambda: None
+    ) -> CreateError | None:
         """Create the plan's children; the API server's refusal, if any (a permanent one
-        in preference, since it decides the job's fate)."""
-        # The other children first (pods mount the ConfigMap, run as the ServiceAccount),
-        # concurrently but for the RoleBinding, which comes after its Role: the API server
-        # checks a binding against the rules of the Role it names (RBAC escalation), and
-        # the operator may not `bind`. Then the gang's pods in slow-start batches, each
-        # concurrently (a large gang created one POST at a time takes seconds to start; a
-        # refused gang stops after its first refusal instead of one doomed POST per pod).
-        # Six children one after the other were six round trips per job, most of a burst's.
+        in preference, since it decides the job's fate). `before_pods` returns once what
+        must be stored before any pod is (the Admitted condition) is, or raises; it runs
+        meanwhile on the caller's side."""
+        # Three round trips, whatever the gang's size:
+        # 1. the other children at once (pods run as the ServiceAccount and mount the
+        #    ConfigMaps; the admission write goes meanwhile) but for the RoleBinding, which
+        #    needs its Role (the API server checks a binding against the rules of the Role
+        #    it names, and the operator may not `bind`);
+        # 2. the RoleBinding and one probe pod (policies/probe_first.py);
+        # 3. the rest of the gang at once (api_concurrency at a time).
+        # Created one after the other, six children and a gang in slow-start batches were
+        # ten round trips per job, most of a burst's time.
         uid = job["metadata"]["uid"]
-        others = [obj for obj in plan.create if obj["kind"] != "Pod"]
-        for stage in (
-            [obj for obj in others if obj["kind"] != "RoleBinding"],
-            [obj for obj in others if obj["kind"] == "RoleBinding"],
-        ):
-            results = list(self._pool.map(lambda obj: self._try(obj, job), stage))
-            for obj, (_, error) in zip(stage, results, strict=True):
-                if error is None and obj["kind"] != "ConfigMap":
-                    self._ensured.setdefault(uid, set()).add((obj["kind"], obj["metadata"]["name"]))
-            refused = _first_refusal([error for _, error in results])
-            if refused is not None:
-                return refused
-        pods_to_create = [obj for obj in plan.create if obj["kind"] == "Pod"]
+        first = [o for o in plan.create if o["kind"] not in ("Pod", "RoleBinding")]
+        results = list(self._pool.map(lambda obj: self._try(obj, job), first))
+        self._note_ensured(uid, first, results)
+        refused = _first_refusal([error for _, error in results])
+        if refused is not None:
+            return refused
+        before_pods()
+        bindings = [o for o in plan.create if o["kind"] == "RoleBinding"]
+        pods = [o for o in plan.create if o["kind"] == "Pod"]
         results = create_in_batches(
-            pods_to_create,
-            lambda batch: list(self._pool.map(lambda pod: self._try(pod, job), batch)),
+            bindings + pods,
+            lambda batch: list(self._pool.map(lambda obj: self._try(obj, job), batch)),
             refused=lambda result: result[1] is not None,
+            probe=len(bindings) + 1,
         )
-        self.metrics.pods_created.inc(sum(created for created, _ in results))
+        self._note_ensured(uid, bindings, results[: len(bindings)])
+        self.metrics.pods_created.inc(sum(created for created, _ in results[len(bindings) :]))
         return _first_refusal([error for _, error in results])
+
+    def _note_ensured(
+        self, uid: str, objs: list[Obj], results: list[tuple[bool, CreateError | None]]
+    ) -> None:
+        """Remember the once-only children that now exist (ConfigMaps are watched)."""
+        for obj, (_, error) in zip(objs, results, strict=True):
+            if error is None and obj["kind"] != "ConfigMap":
+                self._ensured.setdefault(uid, set()).add((obj["kind"], obj["metadata"]["name"]))
 
     def _try(self, obj: Obj, job: Obj) -> tuple[bool, CreateError | None]:
         """(created, refusal): an API error becomes a CreateError for the planner; other

@@ -306,14 +306,19 @@ class Reconciler:
         plan = lifecycle.plan(observed, self.settings)
 
         old_status = job.get("status") or {}
-        written = self._record_admission_first(job, old_status, plan, backend)
         if (
             plan.delete_pods
             or plan.force_delete_pods
             or any(obj["kind"] == "Pod" for obj in plan.create)
         ):  # what this pass writes, its next reads must see (caches.py)
             self.caches.wrote_pods(uid)
-        refused = self.children.create(plan, job)
+        # The admission is written while the children that are not pods are created, and
+        # stored before the first pod is (children.create waits for it).
+        admission = self._pool.submit(self._record_admission_first, job, old_status, plan, backend)
+        try:
+            refused = self.children.create(plan, job, before_pods=admission.result)
+        finally:
+            written = admission.result()
         retry_after: float | None = None
         if refused is not None:
             # The planner decides what a refusal means for the job (Failed/InvalidSpec, or
@@ -379,7 +384,9 @@ class Reconciler:
         conditions only; the phase follows once the pods exist). An operator killed between
         the two then restarts with a job its status calls admitted, which its AdmissionBook
         re-derives, and creates the rest of the gang; never a Queued job holding a partial
-        gang. Returns the status as now stored."""
+        gang. (Not the phase too, in one write: a Starting job's missing members count as
+        lost, and the next life would restart a gang that was never created.) Returns the
+        status as now stored."""
         creates_pods = any(obj["kind"] == "Pod" for obj in plan.create)
         if not creates_pods or admitted_in(old) or not admitted_in(plan.status):
             return old

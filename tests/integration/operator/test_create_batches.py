@@ -1,4 +1,4 @@
-"""Slow-start pod creation against the real API server: a gang whose pods are refused costs
+"""Probe-first pod creation against the real API server: a gang whose pods are refused costs
 one create per attempt, not one per pod; a gang that may be created is created whole.
 Creates are counted from the local cluster's audit log (hack/audit-policy.yaml logs every
 pod create with its answer), not from the operator."""
@@ -87,7 +87,7 @@ def test_a_gang_refused_for_a_while_sends_one_create_per_retry_then_starts_whole
     passes = len(codes)
     print(f"\n{GANG}-pod gang refused for 15 s: {passes} pod creates, answers {set(codes)}")
     assert codes and set(codes) == {403}, codes
-    # Before slow start every pass sent all 16 (at least 16 x 4 here); now one per pass.
+    # Without the probe every pass sent all 16 (at least 16 x 4 here); now one per pass.
     assert passes <= 10, codes
     cluster.core.delete_namespaced_resource_quota("no-cpu", namespace)
     started = time.monotonic()
