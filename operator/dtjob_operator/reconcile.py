@@ -62,6 +62,12 @@ JobKey = tuple[str, str]  # (namespace, name)
 # becomes the leader every key is still, or again, in its queue).
 NOT_LEADER_RETRY = 2.0
 
+# A pod event wakes its job's reconcile this much later, so that the events of a gang's
+# pods (8 pods are created, bound, started and made ready within a second or two: 30
+# events) make one or two reconciles rather than one each, with a status write each time
+# the ready count moved. The Job controller batches pod updates the same way.
+POD_EVENT_BATCH_SECONDS = 0.5
+
 # Retry delays after an API error: short first (a conflict usually clears at once), capped
 # so a broken job is retried every few minutes rather than hammering the API server.
 ERROR_BACKOFF_BASE = 0.5
@@ -111,7 +117,10 @@ class Reconciler:
         self.heartbeats = Heartbeats()
         self.kill_points = KillPoints(settings.test_kill_at)  # tests only; off by default
         # Until (and unless: settings.informers) the caches are filled, reads go live.
-        self.caches = Caches(api, settings, self.queue.add, lambda: self.request_admission())
+        self.caches = Caches(
+            api, settings, self.queue.add, lambda: self.request_admission(),
+            on_job_pod=lambda key: self.queue.add_after(key, POD_EVENT_BATCH_SECONDS),
+        )  # fmt: skip
         # Who admits each job (built-in, Kueue, external): admission/router.py.
         self.admission = AdmissionRouter(
             api, settings, metrics, self.queue.add, is_leader, self.caches
