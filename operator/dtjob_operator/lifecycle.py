@@ -201,7 +201,7 @@ class _Planner(ElasticSteps, StallSteps, NodeSteps):
                 REASON_DEADLINE_EXCEEDED,
                 f"the job ran longer than activeDeadlineSeconds ({seconds}s)",
             )
-        members = [m["metadata"]["name"] for m in self.gang_manifests()]
+        members = self.gang_members()
         if self._prior_condition(CONDITION_RUNNING).get("reason") in CREATE_WAITS:
             # A member whose create was refused was never there to be lost: it is created
             # below, not mourned with a gang restart.
@@ -272,7 +272,7 @@ class _Planner(ElasticSteps, StallSteps, NodeSteps):
             # The admission had let it start (the executor stored that first): say it ended.
             self._condition(CONDITION_ADMITTED, False, REASON_INVALID_SPEC, "the job failed")
         plan = self._fail(REASON_INVALID_SPEC, error.describe())
-        members = [m["metadata"]["name"] for m in self.gang_manifests()]
+        members = self.gang_members()
         plan.delete_pods = sorted(set(plan.delete_pods) | set(members))
         return plan
 

@@ -32,6 +32,7 @@ from dtjob_operator.constants import (
 )
 from dtjob_operator.envcontract import rank_layout
 from dtjob_operator.kueue.multikueue import origin
+from dtjob_operator.naming import pod_name
 from dtjob_operator.plan_types import Event, Observed, Plan
 from dtjob_operator.policies import node_blame
 from dtjob_operator.policies.checkpoint_storage import StorageVerdict, judge_checkpoint_storage
@@ -190,8 +191,15 @@ class PlanState:
             self._built[self.restarts] = build_pods(self.job, self.restarts, self.settings)
         return self._built[self.restarts]
 
+    def gang_members(self) -> list[str]:
+        """The names of the current gang's pods, in rank order: gang_manifests' names,
+        from the rank layout alone (a pass that creates nothing builds no pod)."""
+        return [pod_name(self.job.name, s.role, s.index) for s in rank_layout(self.job.spec).slots]
+
     def _missing_pods(self) -> list[Manifest]:
         existing = {name_of(p) for p in self.o.pods}
+        if existing.issuperset(self.gang_members()):
+            return []
         missing = [m for m in self.gang_manifests() if m["metadata"]["name"] not in existing]
         placed = self.o.admission.placements
         avoided = sorted({*node_blame.names(self.avoided), *self.o.suspect_nodes})
