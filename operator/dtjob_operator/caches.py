@@ -42,6 +42,7 @@ from dtjob_operator.gone_pods import GonePods
 from dtjob_operator.informer import Informer, lister
 from dtjob_operator.k8s import JOBS, SCHEDULING, KubeApi, Obj, versions
 from dtjob_operator.kueue.api import KueueApi
+from dtjob_operator.pod_expectations import PodExpectations
 from dtjob_operator.rest import CORE, group_path
 from dtjob_operator.settings import OperatorSettings
 from dtjob_operator.trims import (
@@ -109,7 +110,9 @@ class Caches:
         self.workloads: list[Informer] = []
         self._workload_options: dict[str, Any] = {}  # set once the informers are built
         self._workloads_probed = float("-inf")
-        self._unsettled: set[str] = set()
+        # Jobs whose pods this replica wrote, with what the cache must show before it is
+        # read again (pod_expectations.py).
+        self._unsettled: dict[str, PodExpectations] = {}
         self._written_jobs: dict[JobKey, str | None] = {}
         self._current_uids: dict[JobKey, str | None] = {}
         self.gone_pods = GonePods()
@@ -316,10 +319,30 @@ class Caches:
             self._written_jobs[(namespace, name)] = resource_version
 
     def wrote_pods(self, uid: str) -> None:
-        """The reconcile created or deleted pods of job `uid`: read them live until the
-        cache shows the same."""
+        """The reconcile is about to create or delete pods of job `uid`: until it says what
+        became of them (created, deleted, writes_done) and the cache shows that, or a live
+        read agrees with the cache, they are read live."""
         with self._lock:
-            self._unsettled.add(uid)
+            self._unsettled.setdefault(uid, PodExpectations()).pending += 1
+
+    def created_pod(self, uid: str, name: str, pod_uid: str | None) -> None:
+        """Job `uid`'s pod `name` exists now as `pod_uid` (None: not known which)."""
+        with self._lock:
+            if (expected := self._unsettled.get(uid)) is not None:
+                expected.created(name, pod_uid)
+
+    def deleted_pod(self, uid: str, name: str, pod_uid: str | None) -> None:
+        """Job `uid`'s pod `name` (`pod_uid`) was deleted (or was already gone)."""
+        with self._lock:
+            if (expected := self._unsettled.get(uid)) is not None:
+                expected.deleted(name, pod_uid)
+
+    def writes_done(self, uid: str) -> None:
+        """Every pod write of the pass was answered and reported; a pass that raised
+        before this leaves the job to live reads until one agrees with the cache."""
+        with self._lock:
+            if (expected := self._unsettled.get(uid)) is not None:
+                expected.pending -= 1
 
     def note_gone(self, kind: str, obj: Obj) -> None:
         """A job pod's watch event: the last state of a deleted one is kept (gone_pods.py)."""
@@ -330,24 +353,30 @@ class Caches:
     def forget(self, uid: str | None, key: JobKey) -> None:
         """The job is gone or finished with: nothing of it to keep track of."""
         with self._lock:
-            self._unsettled.discard(uid or "")
+            self._unsettled.pop(uid or "", None)
             self._written_jobs.pop(key, None)
             if self._current_uids.get(key) is None:  # deleted: forget the name
                 self._current_uids.pop(key, None)
 
     def job_pods_of(self, namespace: str, job_name: str, uid: str) -> list[Obj]:
         informer = self._scope(self.job_pods, namespace)
+        synced = informer is not None and informer.synced.is_set()
+        cached = informer.indexed(namespace, job_name) if informer is not None and synced else []
         with self._lock:
-            unsettled = uid in self._unsettled
-        if informer is None or not informer.synced.is_set() or unsettled:
-            live = self.api.list_pods(namespace, job_name)
-            if informer is not None and unsettled and _same(live, informer.indexed(
-                namespace, job_name
-            )):  # fmt: skip
-                with self._lock:
-                    self._unsettled.discard(uid)
-            return live
-        return informer.indexed(namespace, job_name)
+            expected = self._unsettled.get(uid)
+            if synced and expected is not None and expected.met_by(cached):
+                del self._unsettled[uid]  # the watch has brought what the writes did
+                expected = None
+        if informer is not None and synced and expected is None:
+            return cached
+        live = self.api.list_pods(namespace, job_name)
+        if informer is not None and expected is not None and _same(live, informer.indexed(
+            namespace, job_name
+        )):  # fmt: skip
+            with self._lock:  # the cache is as current as the API server for this job
+                if self._unsettled.get(uid) is expected:
+                    del self._unsettled[uid]
+        return live
 
     def job_config_maps_of(self, namespace: str, job_name: str) -> list[Obj]:
         informer = self._scope(self.job_config_maps, namespace)

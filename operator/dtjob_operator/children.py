@@ -37,8 +37,12 @@ class ChildCreator:
         metrics: OperatorMetrics,
         pool: ThreadPoolExecutor,
         kill_points: KillPoints,
+        on_pod: Callable[[str, str, str | None], None] = lambda job, name, uid: None,
     ) -> None:
         self.api = api
+        # (job uid, pod name, pod uid) of each pod the job is known to have after a create
+        # (its pods cache is checked against them: caches.created_pod).
+        self.on_pod = on_pod
         self.metrics = metrics
         self._pool = pool
         self.kill_points = kill_points
@@ -95,15 +99,18 @@ class ChildCreator:
         """(created, refusal): an API error becomes a CreateError for the planner; other
         errors (the network, a bug) still end the pass and retry it with backoff. An object
         already there is used only if it is this job's (policies/ownership.py)."""
+        meta, job_meta = obj["metadata"], job["metadata"]
         try:
-            if self._create(obj):
+            if (uid := self._create(obj)) is not None:
+                if obj["kind"] == "Pod":
+                    self.on_pod(job_meta["uid"], meta["name"], uid)
                 return True, None
-            meta = obj["metadata"]
             existing = self.api.read_child(obj["kind"], meta["namespace"], meta["name"])
-            job_meta = job["metadata"]
             conflict = ownership_conflict(
                 existing, obj["kind"], meta["name"], job_meta["name"], job_meta["uid"]
             )
+            if obj["kind"] == "Pod" and conflict is None:  # ours already (None: gone again)
+                self.on_pod(job_meta["uid"], meta["name"], _uid_of(existing))
             return False, conflict
         except ApiException as exc:
             if exc.status is None:
@@ -112,8 +119,9 @@ class ChildCreator:
             log.info("creating %s %s refused: %s %s", obj["kind"], name, exc.status, exc.reason)
             return False, create_error_of(obj["kind"], name, exc.status, exc.reason, exc.body)
 
-    def _create(self, obj: Obj) -> bool:
-        """api.create, passing the test-only kill point after a pod (kill_points.py)."""
+    def _create(self, obj: Obj) -> str | None:
+        """api.create (the new object's uid; None: the name was taken), passing the
+        test-only kill point after a pod (kill_points.py)."""
         if obj["kind"] != "Pod":
             return self.api.create(obj)
         with self.kill_points.pod_creates():
@@ -147,3 +155,7 @@ def _first_refusal(errors: list[CreateError | None]) -> CreateError | None:
     refused = [error for error in errors if error is not None]
     refused.sort(key=lambda e: not e.permanent)
     return refused[0] if refused else None
+
+
+def _uid_of(obj: Obj | None) -> str | None:
+    return ((obj or {}).get("metadata") or {}).get("uid")

@@ -208,22 +208,22 @@ class KubeApi:
 
     # -- writes -------------------------------------------------------------------------
 
-    def create(self, obj: Obj) -> bool:
-        """Create a child; False when it already exists (creation is idempotent). The body
-        goes as the builders made it, and the answer is read and dropped: the watch brings
-        the object."""
+    def create(self, obj: Obj) -> str | None:
+        """Create a child; its uid, or None when it already exists (creation is
+        idempotent). The body goes as the builders made it; of the answer only the uid is
+        kept (the watch brings the object; the reconcile checks its cache by the uid)."""
         ns = obj["metadata"]["namespace"]
         kind = obj["kind"]
         if kind not in CHILD_KINDS:
             raise ValueError(f"cannot create a {kind}: not a child kind of a job")
         prefix, plural = rest.KIND_PATHS[kind]
         try:
-            self.api_client.data("POST", collection_path(prefix, ns, plural), obj)
+            answer = self.api_client.json("POST", collection_path(prefix, ns, plural), obj)
         except ApiException as exc:
             if exc.status == 409:
-                return False
+                return None
             raise
-        return True
+        return str(((answer or {}).get("metadata") or {}).get("uid") or "") or None
 
     def read_child(self, kind: str, namespace: str, name: str) -> Obj | None:
         """A child-kind object as raw JSON, or None when it is gone."""

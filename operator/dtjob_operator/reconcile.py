@@ -47,6 +47,7 @@ from dtjob_operator.kueue.multikueue import dispatched
 from dtjob_operator.metrics import OperatorMetrics
 from dtjob_operator.pod_reads import PodReads
 from dtjob_operator.policies.ownership import owned_by
+from dtjob_operator.policies.pods import name_of
 from dtjob_operator.policies.stall_blame import straggler_slowdown
 from dtjob_operator.policies.too_deep import too_deep_message, too_deep_path, too_deep_status
 from dtjob_operator.settings import OperatorSettings
@@ -134,7 +135,9 @@ class Reconciler:
         self._threads: list[threading.Thread] = []
         # Shared by all reconcile workers for the per-pod API calls of one gang.
         self._pool = ThreadPoolExecutor(max_workers=settings.api_concurrency)
-        self.children = ChildCreator(api, metrics, self._pool, self.kill_points)
+        self.children = ChildCreator(
+            api, metrics, self._pool, self.kill_points, self.caches.created_pod
+        )
         self.pod_reads = PodReads(api, self.caches, self._pool)
         # Nodes every job keeps off: several jobs' restarts pointed at them (suspects.py).
         self.suspects = SuspectNodes(
@@ -315,11 +318,12 @@ class Reconciler:
         plan = lifecycle.plan(observed, self.settings)
 
         old_status = job.get("status") or {}
-        if (
+        writes_pods = bool(
             plan.delete_pods
             or plan.force_delete_pods
             or any(obj["kind"] == "Pod" for obj in plan.create)
-        ):  # what this pass writes, its next reads must see (caches.py)
+        )
+        if writes_pods:  # what this pass writes, its next reads must see (caches.py)
             self.caches.wrote_pods(uid)
         # The admission is written while the children that are not pods are created, and
         # stored before the first pod is (children.create waits for it).
@@ -346,13 +350,21 @@ class Reconciler:
             log.info("deleting pods of %s/%s: %s", namespace, name, ", ".join(plan.delete_pods))
         grace = plan.delete_grace_seconds
 
-        def delete(pod: str) -> None:
-            self.api.delete_pod(namespace, pod, grace)
+        if (plan.delete_pods or plan.force_delete_pods) and not writes_pods:
+            self.caches.wrote_pods(uid)  # a plan made again after a refusal may delete
+            writes_pods = True
+        pod_uids = {name_of(p): (p.get("metadata") or {}).get("uid") for p in pods}
 
-        list(self._pool.map(delete, plan.delete_pods))
+        def delete(pod: str, grace_seconds: int | None) -> None:
+            self.api.delete_pod(namespace, pod, grace_seconds)
+            self.caches.deleted_pod(uid, pod, pod_uids.get(pod))
+
+        list(self._pool.map(lambda pod: delete(pod, grace), plan.delete_pods))
         for pod in plan.force_delete_pods:
             log.info("force-deleting pod %s/%s: terminating on a lost node", namespace, pod)
-            self.api.delete_pod(namespace, pod, grace_seconds=0)
+            delete(pod, 0)
+        if writes_pods:
+            self.caches.writes_done(uid)
         if plan.delete_job:
             self.api.delete_job(namespace, name)
             self._forget(key, job)

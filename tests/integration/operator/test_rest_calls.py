@@ -37,11 +37,12 @@ def _pod(namespace: str, name: str) -> dict:  # type: ignore[type-arg]
 def test_creates_deletes_and_their_errors(
     api: KubeApi, core: client.CoreV1Api, namespace: str
 ) -> None:
-    assert api.create(_pod(namespace, "p")) is True
+    uid = api.create(_pod(namespace, "p"))
     stored = core.read_namespaced_pod("p", namespace)
+    assert uid == stored.metadata.uid  # the reconcile's expectations go by it
     assert stored.metadata.labels == {"a": "b"}
     assert stored.spec.containers[0].resources.requests == {"cpu": "1m"}
-    assert api.create(_pod(namespace, "p")) is False  # taken: idempotent, not an error
+    assert api.create(_pod(namespace, "p")) is None  # taken: idempotent, not an error
 
     bad = _pod(namespace, "q")
     bad["spec"]["containers"][0]["name"] = "Not_A_Name"

@@ -106,6 +106,77 @@ def test_the_same_name_of_another_incarnation_is_not_agreement() -> None:
     assert api.lists == 2
 
 
+def test_what_a_pass_created_read_from_the_cache_once_the_watch_brought_it() -> None:
+    api = LiveApi()
+    caches, informer = caches_with(api)
+    informer.synced.set()
+    caches.wrote_pods("job")
+    caches.created_pod("job", "a", "uid-a")
+    caches.created_pod("job", "b", "uid-b")
+    caches.writes_done("job")
+    api.pods = [pod("a", "5"), pod("b", "6")]
+    assert {p["metadata"]["name"] for p in caches.job_pods_of("ns", "j", "job")} == {"a", "b"}
+    assert api.lists == 1  # the watch has brought neither yet: live
+    watch(informer, "ADDED", pod("a", "5"))
+    watch(informer, "ADDED", pod("b", "6"))
+    for _ in range(3):
+        assert {p["metadata"]["name"] for p in caches.job_pods_of("ns", "j", "job")} == {"a", "b"}
+    assert api.lists == 1  # met: no live read at all
+
+
+def test_a_created_name_shown_as_another_incarnation_is_not_met() -> None:
+    api = LiveApi()
+    caches, informer = caches_with(api)
+    informer.synced.set()
+    watch(informer, "ADDED", pod("a", "5", uid="old"))
+    caches.wrote_pods("job")
+    caches.created_pod("job", "a", "new")
+    caches.writes_done("job")
+    api.pods = [pod("a", "9", uid="new")]
+    assert caches.job_pods_of("ns", "j", "job")[0]["metadata"]["uid"] == "new"
+    watch(informer, "MODIFIED", pod("a", "9", uid="new"))
+    assert caches.job_pods_of("ns", "j", "job")[0]["metadata"]["uid"] == "new"
+    assert api.lists == 1
+
+
+def test_a_deleted_pod_is_met_once_the_cache_shows_it_terminating_or_gone() -> None:
+    api = LiveApi()
+    caches, informer = caches_with(api)
+    informer.synced.set()
+    watch(informer, "ADDED", pod("a", "5"))
+    caches.wrote_pods("job")
+    caches.deleted_pod("job", "a", "uid-a")
+    caches.writes_done("job")
+    going = pod("a", "6")
+    going["metadata"]["deletionTimestamp"] = "2026-11-29T00:00:00Z"
+    api.pods = [going]
+    assert caches.job_pods_of("ns", "j", "job")[0]["metadata"].get("deletionTimestamp")
+    assert api.lists == 1  # the cache still shows it running
+    watch(informer, "MODIFIED", going)
+    assert caches.job_pods_of("ns", "j", "job")[0]["metadata"].get("deletionTimestamp")
+    assert api.lists == 1
+
+
+def test_a_pass_that_raised_or_lost_an_answer_leaves_live_reads_until_they_agree() -> None:
+    for report in ("raised", "unknown"):
+        api = LiveApi()
+        caches, informer = caches_with(api)
+        informer.synced.set()
+        caches.wrote_pods("job")
+        caches.created_pod("job", "a", "uid-a")
+        if report == "unknown":  # e.g. a create whose answer never came
+            caches.created_pod("job", "b", None)
+            caches.writes_done("job")
+        watch(informer, "ADDED", pod("a", "5"))
+        api.pods = [pod("a", "5"), pod("b", "6")]
+        caches.job_pods_of("ns", "j", "job")
+        assert api.lists == 1, report  # a alone would meet what was reported: not enough
+        watch(informer, "ADDED", pod("b", "6"))
+        caches.job_pods_of("ns", "j", "job")  # live, and agrees: settled
+        caches.job_pods_of("ns", "j", "job")
+        assert api.lists == 2, report
+
+
 def test_the_capacity_trim_keeps_what_a_pod_is_charged() -> None:
     full = {
         "metadata": {"name": "p", "namespace": "ns", "uid": "u", "managedFields": [{}] * 50,
