@@ -91,14 +91,10 @@ class Caches:
         settings: OperatorSettings,
         on_job_child: Callable[[JobKey], None],
         on_capacity: Callable[[], None],
-        on_job_pod: Callable[[JobKey], None] | None = None,
     ) -> None:
         self.api = api
         self.settings = settings
         self.on_job_child = on_job_child
-        # A change of one of a job's pods (by default as any child's): the reconciler
-        # batches these (reconcile.POD_EVENT_BATCH_SECONDS).
-        self.on_job_pod = on_job_pod or on_job_child
         self.on_capacity = on_capacity
         self.jobs: list[Informer] = []
         self.job_pods: list[Informer] = []
@@ -128,10 +124,7 @@ class Caches:
                 self.on_job_child((meta["namespace"], job))
 
         def job_pod_changed(kind: str, obj: Obj) -> None:
-            meta = obj.get("metadata") or {}
-            job = (meta.get("labels") or {}).get(LABEL_JOB_NAME)
-            if job and meta.get("namespace"):
-                self.on_job_pod((meta["namespace"], job))
+            owned_changed(kind, obj)
             self.note_gone(kind, obj)
             # What the unfinished-pods cache says by a DELETED when it does not hold the
             # jobs' pods: a pod finished or went, and its room is free.

@@ -51,40 +51,33 @@ class ChildCreator:
         self._ensured: dict[str, set[tuple[str, str]]] = {}
         self._failures: dict[str, int] = {}  # by job UID: refused creates in a row
 
-    def create(
-        self, plan: Plan, job: Obj, before_pods: Callable[[], object] = lambda: None
-    ) -> CreateError | None:
+    def create(self, plan: Plan, job: Obj) -> CreateError | None:
         """Create the plan's children; the API server's refusal, if any (a permanent one
-        in preference, since it decides the job's fate). `before_pods` returns once what
-        must be stored before any pod is (the Admitted condition) is, or raises; it runs
-        meanwhile on the caller's side."""
-        # Three round trips, whatever the gang's size:
-        # 1. the other children at once (pods run as the ServiceAccount and mount the
-        #    ConfigMaps; the admission write goes meanwhile) but for the RoleBinding, which
-        #    needs its Role (the API server checks a binding against the rules of the Role
-        #    it names, and the operator may not `bind`);
-        # 2. the RoleBinding and one probe pod (policies/probe_first.py);
-        # 3. the rest of the gang at once (api_concurrency at a time).
-        # Created one after the other, six children and a gang in slow-start batches were
-        # ten round trips per job, most of a burst's time.
+        in preference, since it decides the job's fate)."""
+        # The other children first (pods mount the ConfigMap, run as the ServiceAccount),
+        # concurrently but for the RoleBinding, which comes after its Role: the API server
+        # checks a binding against the rules of the Role it names (RBAC escalation), and
+        # the operator may not `bind`. Then the gang's pods, one probe first and then the
+        # rest at once (policies/probe_first.py): a refused gang stops after its first
+        # refusal instead of one doomed POST per pod.
         uid = job["metadata"]["uid"]
-        first = [o for o in plan.create if o["kind"] not in ("Pod", "RoleBinding")]
-        results = list(self._pool.map(lambda obj: self._try(obj, job), first))
-        self._note_ensured(uid, first, results)
-        refused = _first_refusal([error for _, error in results])
-        if refused is not None:
-            return refused
-        before_pods()
-        bindings = [o for o in plan.create if o["kind"] == "RoleBinding"]
-        pods = [o for o in plan.create if o["kind"] == "Pod"]
+        others = [obj for obj in plan.create if obj["kind"] != "Pod"]
+        for stage in (
+            [obj for obj in others if obj["kind"] != "RoleBinding"],
+            [obj for obj in others if obj["kind"] == "RoleBinding"],
+        ):
+            results = list(self._pool.map(lambda obj: self._try(obj, job), stage))
+            self._note_ensured(uid, stage, results)
+            refused = _first_refusal([error for _, error in results])
+            if refused is not None:
+                return refused
+        pods_to_create = [obj for obj in plan.create if obj["kind"] == "Pod"]
         results = create_in_batches(
-            bindings + pods,
-            lambda batch: list(self._pool.map(lambda obj: self._try(obj, job), batch)),
+            pods_to_create,
+            lambda batch: list(self._pool.map(lambda pod: self._try(pod, job), batch)),
             refused=lambda result: result[1] is not None,
-            probe=len(bindings) + 1,
         )
-        self._note_ensured(uid, bindings, results[: len(bindings)])
-        self.metrics.pods_created.inc(sum(created for created, _ in results[len(bindings) :]))
+        self.metrics.pods_created.inc(sum(created for created, _ in results))
         return _first_refusal([error for _, error in results])
 
     def _note_ensured(

@@ -16,7 +16,6 @@ from typing import Any
 from dtjob_api import GROUP, KIND, PLURAL, VERSION
 from dtjob_operator import rest
 from dtjob_operator.constants import LABEL_JOB_NAME
-from dtjob_operator.event_queue import EventQueue
 from dtjob_operator.kubehttp import ApiException, HttpClient
 from dtjob_operator.policies.suspect_taint import TAINT_KEY, taint_patch
 from dtjob_operator.rest import CORE, collection_path, get_or_none, list_pages, object_path
@@ -101,14 +100,9 @@ class KubeApi:
     """Thin typed wrapper over the calls the reconciler makes. Every list is paginated
     (`page_size` items a page)."""
 
-    def __init__(
-        self, api_client: HttpClient, page_size: int = 500, queued_events: bool = False
-    ) -> None:
+    def __init__(self, api_client: HttpClient, page_size: int = 500) -> None:
         self.page_size = page_size
         self.api_client = api_client
-        # The operator's Events go through a queue and a thread of their own (event_queue.py)
-        # so that no reconcile waits for one; tests that read an Event at once send inline.
-        self.events = EventQueue(self._post_event) if queued_events else None
 
     def list_all(self, path: str, query: rest.Query | None = None) -> list[Obj]:
         """Every item of the collection at `path`, page by page."""
@@ -297,7 +291,7 @@ class KubeApi:
         log.info("%s/%s: %s %s: %s", meta["namespace"], meta["name"], event_type, reason, message)
         involved = {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "name": meta["name"],
                     "namespace": meta["namespace"], "uid": meta["uid"]}  # fmt: skip
-        self._send_event(meta["namespace"], meta["name"], involved, event_type, reason, message)
+        self._event(meta["namespace"], meta["name"], involved, event_type, reason, message)
 
     def emit_node_event(self, node: Obj, event_type: str, reason: str, message: str) -> None:
         """Record a core/v1 Event on a Node (`kubectl describe node` lists it). The API
@@ -308,11 +302,10 @@ class KubeApi:
         log.info("node %s: %s %s: %s", meta["name"], event_type, reason, message)
         involved = {"apiVersion": "v1", "kind": "Node", "name": meta["name"],
                     "uid": meta.get("uid", "")}  # fmt: skip
-        self._send_event("default", meta["name"], involved, event_type, reason, message)
+        self._event("default", meta["name"], involved, event_type, reason, message)
 
-    def _send_event(self, namespace: str, name: str, involved: Obj, event_type: str,
-                    reason: str, message: str) -> None:  # fmt: skip
-        """POST the Event now, or queue the POST (stamped now either way)."""
+    def _event(self, namespace: str, name: str, involved: Obj, event_type: str, reason: str,
+               message: str) -> None:  # fmt: skip
         stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         body = {
             "metadata": {"generateName": f"{name}.", "namespace": namespace},
@@ -321,20 +314,12 @@ class KubeApi:
             "source": {"component": "dtjob-operator"},
             "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
         }  # fmt: skip
-        if self.events is None:
-            self._post_event(body)
-        else:
-            self.events.put(body)
-
-    def _post_event(self, body: Obj) -> None:
         try:
             # The answer is read and dropped, as in create().
-            path = collection_path(CORE, body["metadata"]["namespace"], "events")
-            self.api_client.data("POST", path, body)
+            self.api_client.data("POST", collection_path(CORE, namespace, "events"), body)
         except ApiException as exc:
-            involved = body["involvedObject"]
-            log.warning("could not record event %s on %s %s: %s", body["reason"],
-                        involved["kind"], involved["name"], exc.reason)  # fmt: skip
+            log.warning("could not record event %s on %s %s: %s", reason, involved["kind"],
+                        name, exc.reason)  # fmt: skip
 
     def taint_suspect_node(self, name: str, jobs: Sequence[str], why: str) -> None:
         """Taint the node `dtjob.io/suspect` (policies/suspect_taint.py) from a fresh read,

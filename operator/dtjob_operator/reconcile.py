@@ -63,12 +63,6 @@ JobKey = tuple[str, str]  # (namespace, name)
 # becomes the leader every key is still, or again, in its queue).
 NOT_LEADER_RETRY = 2.0
 
-# A pod event wakes its job's reconcile this much later, so that the events of a gang's
-# pods (8 pods are created, bound, started and made ready within a second or two: 30
-# events) make one or two reconciles rather than one each, with a status write each time
-# the ready count moved. The Job controller batches pod updates the same way.
-POD_EVENT_BATCH_SECONDS = 0.5
-
 # Retry delays after an API error: short first (a conflict usually clears at once), capped
 # so a broken job is retried every few minutes rather than hammering the API server.
 ERROR_BACKOFF_BASE = 0.5
@@ -118,10 +112,7 @@ class Reconciler:
         self.heartbeats = Heartbeats()
         self.kill_points = KillPoints(settings.test_kill_at)  # tests only; off by default
         # Until (and unless: settings.informers) the caches are filled, reads go live.
-        self.caches = Caches(
-            api, settings, self.queue.add, lambda: self.request_admission(),
-            on_job_pod=lambda key: self.queue.add_after(key, POD_EVENT_BATCH_SECONDS),
-        )  # fmt: skip
+        self.caches = Caches(api, settings, self.queue.add, lambda: self.request_admission())
         # Who admits each job (built-in, Kueue, external): admission/router.py.
         self.admission = AdmissionRouter(
             api, settings, metrics, self.queue.add, is_leader, self.caches
@@ -325,13 +316,8 @@ class Reconciler:
         )
         if writes_pods:  # what this pass writes, its next reads must see (caches.py)
             self.caches.wrote_pods(uid)
-        # The admission is written while the children that are not pods are created, and
-        # stored before the first pod is (children.create waits for it).
-        admission = self._pool.submit(self._record_admission_first, job, old_status, plan, backend)
-        try:
-            refused = self.children.create(plan, job, before_pods=admission.result)
-        finally:
-            written = admission.result()
+        written = self._record_admission_first(job, old_status, plan, backend)
+        refused = self.children.create(plan, job)
         retry_after: float | None = None
         if refused is not None:
             # The planner decides what a refusal means for the job (Failed/InvalidSpec, or

@@ -58,7 +58,7 @@ def main() -> None:
         (settings.api_connect_timeout_seconds, settings.api_read_timeout_seconds),
         TokenBucket(settings.api_qps, settings.api_burst),
     )
-    api = KubeApi(api_client, settings.api_list_page_size, queued_events=True)
+    api = KubeApi(api_client, settings.api_list_page_size)
     elector: LeaderElector | None = None
     if not settings.standalone:
         namespace = (
@@ -102,8 +102,6 @@ def main() -> None:
         if elector is not None:
             elector.stop()
         reconciler.stop()
-        if api.events is not None:
-            api.events.stop()  # what is queued still goes out (within seconds)
 
 
 def run_kopf(registry: kopf.OperatorRegistry, settings: OperatorSettings) -> None:
