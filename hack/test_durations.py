@@ -108,6 +108,9 @@ def read_tier(path: Path) -> list[dict[str, Any]]:
             if found is not None:
                 outcome = {"failure": "failed", "error": "error"}.get(tag, tag)
                 message = found.get("message") or (found.text or "")
+        # tests/conftest.py's CPU seconds of the test, where the record has them.
+        props = {q.get("name"): q.get("value") for q in case.iter("property")}
+        cpu = {"cpu_s": round(float(props["cpu_s"]), 2)} if props.get("cpu_s") else {}
         # xunit1 (make test's) names the file; else guess it from the module path.
         file = case.get("file") or (classname.replace(".", "/") + ".py" if classname else "?")
         cases.append(
@@ -116,6 +119,7 @@ def read_tier(path: Path) -> list[dict[str, Any]]:
                 "file": file,
                 "seconds": round(float(case.get("time", "0") or 0), 2),
                 "outcome": outcome,
+                **cpu,
                 **({"message": message[:MESSAGE]} if outcome in ("failed", "error") else {}),
             }
         )
@@ -175,9 +179,11 @@ def report(reports: Path, top: int) -> dict[str, Any]:
         if c["outcome"] == "passed"
     }
     files: dict[str, float] = defaultdict(float)
+    files_cpu: dict[str, float] = defaultdict(float)
     for cases in first.values():
         for c in cases:
             files[c["file"]] += c["seconds"]
+            files_cpu[c["file"]] += c.get("cpu_s", 0.0)
     everything = sorted(
         (dict(c, tier=t) for t, cases in first.items() for c in cases),
         key=lambda c: -c["seconds"],
@@ -198,8 +204,12 @@ def report(reports: Path, top: int) -> dict[str, Any]:
             for t, cases in tiers.items()
         },
         "files": [
-            {"file": f, "seconds": round(s, 1)}
+            {"file": f, "seconds": round(s, 1), "cpu_s": round(files_cpu[f], 1)}
             for f, s in sorted(files.items(), key=lambda kv: -kv[1])
+        ],
+        # The lanes share the cores: CPU, not wall time, is what a test takes from the others.
+        "top_cpu_tests": sorted((c for c in everything if "cpu_s" in c), key=lambda c: -c["cpu_s"])[
+            :top
         ],
         "failed": [
             dict(c, flaky=c["test"] in passed_again)
@@ -266,6 +276,13 @@ def summary(rec: dict[str, Any], top: int = 10) -> str:
     lines.append(f"  slowest {top} files:")
     for f in rec["files"][:top]:
         lines.append(f"    {f['seconds']:7.1f} s  {f['file']}")
+    if rec.get("top_cpu_tests"):
+        lines.append(f"  most CPU, {top} tests (their process and the children they waited for):")
+        for c in rec["top_cpu_tests"][:top]:
+            lines.append(f"    {c['cpu_s']:7.1f} CPU-s  {c['test']}")
+        by_cpu = sorted(rec["files"], key=lambda f: -f.get("cpu_s", 0.0))[:top]
+        lines.append(f"  most CPU, {top} files:")
+        lines.extend(f"    {f.get('cpu_s', 0.0):7.1f} CPU-s  {f['file']}" for f in by_cpu)
     if rec["over_120s"]:
         unexplained = [c for c in rec["over_120s"] if not c.get("why")]
         lines.append(

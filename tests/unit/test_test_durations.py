@@ -91,3 +91,30 @@ def test_a_failure_that_passed_alone_is_flaky_and_all_failures_end_the_summary(
         "    FLAKY (passed alone) (unit) tests.unit.t::test_a",
         "    FAILED (unit) tests.unit.t::test_b",
     ]
+
+
+def test_the_tests_and_files_that_cost_the_most_cpu_are_listed(tmp_path: Path) -> None:
+    # Wall time on shared cores says how long a test waited; cpu_s (tests/conftest.py) what
+    # it took from the other lanes. A test that only waits is slow but cheap.
+    def case(name: str, seconds: float, cpu: float) -> str:
+        return (
+            f'<testcase classname="tests.unit.t" file="tests/unit/t.py" name="{name}" '
+            f'time="{seconds}"><properties><property name="cpu_s" value="{cpu}"/></properties>'
+            "</testcase>"
+        )
+
+    (tmp_path / "unit.xml").write_text(
+        f"<testsuites><testsuite>{case('waits', 90, 0.4)}{case('computes', 30, 55.5)}"
+        '<testcase classname="tests.unit.t" name="older_record" time="1"/>'
+        "</testsuite></testsuites>"
+    )
+    script = load()
+    rec = script.report(tmp_path, top=5)
+    assert [c["test"] for c in rec["top_cpu_tests"]] == [
+        "tests.unit.t::computes",
+        "tests.unit.t::waits",
+    ]
+    assert rec["files"] == [{"file": "tests/unit/t.py", "seconds": 121.0, "cpu_s": 55.9}]
+    text = script.summary(rec)
+    assert "       55.5 CPU-s  tests.unit.t::computes" in text
+    assert "       55.9 CPU-s  tests/unit/t.py" in text
