@@ -14,7 +14,7 @@ cache_root=${DTJOB_CACHE:-$HOME/.cache/dtjob}
 key="k8s-${KUBE_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}"
 bin_dir="$cache_root/bin/$key"
 log_dir="$cache_root/build-logs"
-mkdir -p "$bin_dir" "$log_dir"
+mkdir -p "$bin_dir" "$log_dir" "$cache_root/src"
 
 kube_components=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
 all=("${kube_components[@]}" etcd kwok helm coredns prometheus promtool registry kueue)
@@ -95,12 +95,15 @@ build_kube() {
     ld+=" -X $p.gitVersion=$KUBE_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
     ld+=" -X $p.buildDate=1970-01-01T00:00:00Z"
   done
-  for c in "${comps[@]}"; do
-    echo "build-binaries: building $c $KUBE_VERSION (log: $log_dir/$c.log)" >&2
-    (cd "$mod" && go build -trimpath -ldflags "$ld" -o "$bin_dir/$c.tmp" "k8s.io/kubernetes/cmd/$c") \
-      >"$log_dir/$c.log" 2>&1 || die_log "building $c" "$log_dir/$c.log"
-    mv "$bin_dir/$c.tmp" "$bin_dir/$c"
-  done
+  # One `go build` of every wanted command: Go schedules their packages' compiles and the
+  # links together (separate builds linked one binary at a time, each alone on the cores).
+  local out="$bin_dir/.kube-build"
+  rm -rf "$out" && mkdir -p "$out"
+  echo "build-binaries: building ${comps[*]} $KUBE_VERSION (log: $log_dir/kube-build.log)" >&2
+  (cd "$mod" && go build -trimpath -ldflags "$ld" -o "$out/" "${pkgs[@]%@*}") \
+    >"$log_dir/kube-build.log" 2>&1 || die_log "building ${comps[*]}" "$log_dir/kube-build.log"
+  for c in "${comps[@]}"; do mv "$out/$c" "$bin_dir/$c"; done
+  rmdir "$out"
 }
 
 build_etcd() {
@@ -146,15 +149,18 @@ build_prometheus() {
   mv "$gobin/prometheus" "$gobin/promtool" "$prom_dir/"
 }
 
-kube_missing=() prom_built=
-for c in "${missing[@]}"; do
-  case "$c" in
+# Every missing tool builds at once, each in its own process: one cold build is mostly
+# module downloads (network) at its start and compiles (CPU) after, so side by side the
+# downloads of one overlap the compiles of another (a cold `make demo` built them one after
+# the other). Each writes its own log; a failure is its one line, and the rest still finish.
+build_one() {  # component
+  case "$1" in
     etcd) build_etcd ;;
     kwok) build_install kwok sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION" ;;
     helm) build_install helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION" ;;
     # The real node's DNS (hack/realnode.py); not part of the cache key, which predates it.
     coredns) build_install coredns github.com/coredns/coredns "$COREDNS_VERSION" ;;
-    prometheus | promtool) [ -n "$prom_built" ] || build_prometheus; prom_built=1 ;;
+    prometheus) build_prometheus ;;
     # The real node's image registry (hack/realnode.py).
     registry)
       build_install registry github.com/distribution/distribution/v3/cmd/registry "$REGISTRY_VERSION"
@@ -172,11 +178,35 @@ for c in "${missing[@]}"; do
     kubeflow-training-operator)
       GOFLAGS="$GOFLAGS -mod=mod" build_install training-operator.v1 \
         github.com/kubeflow/training-operator/cmd/training-operator.v1 "$KUBEFLOW_TRAINING_OPERATOR_VERSION"
-      mkdir -p "$kfto_dir" && mv "$bin_dir/training-operator.v1" "$kfto_dir/$c"
+      mkdir -p "$kfto_dir" && mv "$bin_dir/training-operator.v1" "$kfto_dir/$1"
       ;;
+  esac
+}
+
+kube_missing=() others=() pids=()
+for c in "${missing[@]}"; do
+  case "$c" in
+    promtool) others+=(prometheus) ;;  # both commands come from one build
+    etcd | kwok | helm | coredns | prometheus | registry | kueue | kubeflow-training-operator) others+=("$c") ;;
     *) kube_missing+=("$c") ;;
   esac
 done
-[ ${#kube_missing[@]} -eq 0 ] || build_kube "${kube_missing[@]}"
+# Another run may be building the same tool (hack/realnode-up.sh starts the registry beside
+# the cluster's build): one build per tool at a time, and what the other built is used.
+kube_locked() {
+  exec 9>"$cache_root/src/.build-kube.lock" && flock 9
+  local c still=()
+  for c in "${kube_missing[@]}"; do [ -x "$(built_at "$c")" ] || still+=("$c"); done
+  [ ${#still[@]} -eq 0 ] || build_kube "${still[@]}"
+}
+one_locked() {  # component
+  exec 9>"$cache_root/src/.build-$1.lock" && flock 9
+  [ -x "$(built_at "$1")" ] || build_one "$1"
+}
+[ ${#kube_missing[@]} -eq 0 ] || { kube_locked & pids+=($!); }
+for c in $(printf '%s\n' "${others[@]}" | sort -u); do one_locked "$c" & pids+=($!); done
+failed=0
+for p in "${pids[@]}"; do wait "$p" || failed=$((failed + 1)); done
+[ "$failed" -eq 0 ] || die "$failed of ${#pids[@]} builds failed (each said why above)"
 link_own_versions
 echo "$bin_dir"

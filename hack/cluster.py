@@ -3,8 +3,10 @@
 and KWOK as background processes, plus fake GPU nodes. Stdlib only, so `make cluster-up`
 and the pytest fixture run the same code without the venv.
 
-Usage: hack/cluster.py up|down|status|kubeconfig|registry   (registry: the real node's
-       image registry, host:port on 127.0.0.1, for `docker push` and the chart's images)
+Usage: hack/cluster.py up|down|status|kubeconfig|registry|host-packages   (registry: the real
+       node's image registry, host:port on 127.0.0.1, for `docker push` and the chart's
+       images; host-packages: the Debian packages the real node and hack/images.sh need,
+       installed in one apt-get run; registry-up: that registry alone, before the node)
 
 Environment (all optional):
   DTJOB_CLUSTER_STATE      state dir (logs, pids, pki, etcd data, kubeconfig);
@@ -50,8 +52,11 @@ def bin_dir() -> Path:
     """The pinned binaries, built on first use (hack/build-binaries.sh caches them)."""
     if os.environ.get("DTJOB_BIN_DIR"):
         return Path(os.environ["DTJOB_BIN_DIR"])
+    # With the real node, its binaries too, in the same run: one resolution of the Kubernetes
+    # modules and one build of its commands (asked apart, a cold start resolved them twice).
+    real = realnode.BINARIES if os.environ.get("DTJOB_NODE") == "real" else ()
     proc = subprocess.run(
-        [str(HACK / "build-binaries.sh"), *BINARIES], stdout=subprocess.PIPE, text=True
+        [str(HACK / "build-binaries.sh"), *BINARIES, *real], stdout=subprocess.PIPE, text=True
     )  # its stderr (progress, the one-line failure) goes straight to the user
     if proc.returncode != 0:
         raise ClusterError("building the cluster binaries failed (see the line above)")
@@ -255,7 +260,8 @@ def external_kubeconfig() -> str | None:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2 or argv[1] not in ("up", "down", "status", "kubeconfig", "registry"):
+    verbs = ("up", "down", "status", "kubeconfig", "registry", "host-packages", "registry-up")
+    if len(argv) != 2 or argv[1] not in verbs:
         print(__doc__, file=sys.stderr)
         return 2
     verb = argv[1]
@@ -275,7 +281,13 @@ def main(argv: list[str]) -> int:
             return 0
         if verb == "status":
             return status(cfg)
+        if verb == "host-packages":
+            realnode.install_packages(cfg, realnode.PACKAGES + realnode.IMAGE_PACKAGES)
+            return 0
         cfg.state.mkdir(parents=True, exist_ok=True)
+        if verb == "registry-up":  # not behind the cluster's lock, which a cold `up` holds
+            realnode.registry_up(cfg)  # while it builds: it has one of its own
+            return 0
         # One cluster per state dir even when two shells (or test sessions) race.
         with open(cfg.state / ".lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)

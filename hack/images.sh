@@ -9,12 +9,12 @@
 #   2. `docker build` of Dockerfile and trainer_image/Dockerfile (classic builder, host
 #      network for pip): the dependency layers are cached in Docker's data root under
 #      $DTJOB_CACHE/docker, so torch (the CUDA wheel from PyPI, GBs) downloads once.
-#   3. `docker push` to $DTJOB_REGISTRY (default: `hack/cluster.py registry`) as
+#   3. pushed (hack/oci_push.py: layers uncompressed, only those the registry lacks) to
+#      $DTJOB_REGISTRY (default: `hack/cluster.py registry`) as
 #      dtjob-operator:<tag> and dtjob-trainer:<tag> (dtjob-custom-example:<custom tag>), the
 #      names docs/getting-started.md uses. The tag is content-derived, <appVersion>-<12 hex of
 #      both image IDs>, so a rebuilt image gets a new tag and the node's IfNotPresent pulls it;
-#      a fixed tag would leave the node running the image it pulled first. Docker pushes only
-#      the layers the registry lacks, and the dockerd default trusts 127.0.0.0/8 over http.
+#      a fixed tag would leave the node running the image it pulled first.
 #      The tags pushed last go to $DTJOB_CACHE/images/pushed.env (hack/realnode-helm.sh).
 #
 # Docker Engine (Debian's docker.io) is started when needed (`make cluster-down` stops it),
@@ -141,10 +141,12 @@ registry() {  # host:port of the real node's registry, or fail when it does not 
 }
 
 push() {  # local-image remote-name tag
-  local ref=$REG/$2:$3 t0=$SECONDS
-  docker tag "$1" "$ref"
-  docker push "$ref" >"$logs/push-$2.log" 2>&1 || die_log "docker push $ref" "$logs/push-$2.log"
-  echo "images: pushed $ref in $((SECONDS - t0)) s" >&2
+  local ref=$REG/$2:$3
+  # Layers uncompressed (hack/oci_push.py): docker push gzips them on one core, 276 s for
+  # the trainer's 5 GB on a 2-core machine, to send them over 127.0.0.1.
+  python3 "$top/hack/oci_push.py" "$1" "$ref" 2>"$logs/push-$2.log" \
+    || die_log "pushing $ref" "$logs/push-$2.log"
+  echo "images: $(tail -n 1 "$logs/push-$2.log")" >&2
 }
 
 push_all() {

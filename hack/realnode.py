@@ -21,6 +21,7 @@ Only one real node per host: kube-proxy's iptables chains are host-wide.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -40,6 +41,7 @@ from cluster_components import HACK, ClusterError, Config
 NODE = "dtjob-real-0"
 TAINT_KEY = "dtjob.io/node"  # label and NoSchedule taint dtjob.io/node=real
 COMPONENTS = ("registry", "containerd", "apiserver-forwarder", "coredns", "kube-proxy", "kubelet")
+BINARIES = ("kubelet", "kube-proxy", "coredns", "registry")  # hack/build-binaries.sh's names
 PACKAGES = (
     "containerd",
     "runc",
@@ -48,6 +50,10 @@ PACKAGES = (
     "iproute2",
     "conntrack",
 )
+# What hack/images.sh needs (Docker Engine, the base image's debootstrap, curl). Installed
+# with PACKAGES in one apt-get run before hack/realnode-up.sh builds the images beside the
+# cluster: two apt-gets side by side fail on dpkg's lock.
+IMAGE_PACKAGES = ("docker.io", "debootstrap", "curl")
 CNI_BIN = "/usr/lib/cni"
 SANDBOX_IMAGE = "docker.io/dtjob/pause:3.10"
 OWNER = Path("/run/dtjob-realnode.owner")  # the state dir of the host's one real node
@@ -82,24 +88,30 @@ def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return proc
 
 
+def install_packages(cfg: Config, packages: tuple[str, ...]) -> None:
+    """The Debian packages not yet installed, in one apt-get run (root)."""
+    missing = [p for p in packages if sh("dpkg", "-s", p, check=False).returncode != 0]
+    if not missing:
+        return
+    if os.geteuid() != 0:
+        raise ClusterError(f"missing Debian packages: {' '.join(missing)} (install them as root)")
+    log = cfg.log("realnode-apt")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    print(f"cluster-up: installing {' '.join(missing)} (log {log})", file=sys.stderr)
+    with log.open("w") as out:
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        ok = subprocess.run(["apt-get", "update", "-qq"], stdout=out, stderr=out).returncode == 0
+        ok = ok and subprocess.run(
+            ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing],
+            stdout=out, stderr=out, env=env,
+        ).returncode == 0  # fmt: skip
+    if not ok:
+        raise ClusterError(f"real node: apt-get install {' '.join(missing)} failed; see {log}")
+
+
 def ensure_host(cfg: Config) -> None:
     """Debian packages and kernel features; one clear line when something is missing."""
-    missing = [p for p in PACKAGES if sh("dpkg", "-s", p, check=False).returncode != 0]
-    if missing:
-        log = cfg.log("realnode-apt")
-        log.parent.mkdir(parents=True, exist_ok=True)
-        print(f"cluster-up: installing {' '.join(missing)} (log {log})", file=sys.stderr)
-        with log.open("w") as out:
-            env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-            ok = (
-                subprocess.run(["apt-get", "update", "-qq"], stdout=out, stderr=out).returncode == 0
-            )
-            ok = ok and subprocess.run(
-                ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing],
-                stdout=out, stderr=out, env=env,
-            ).returncode == 0  # fmt: skip
-        if not ok:
-            raise ClusterError(f"real node: apt-get install {' '.join(missing)} failed; see {log}")
+    install_packages(cfg, PACKAGES)
     for mod in ("br_netfilter", "overlay"):
         if shutil.which("modprobe"):  # built in, or already loaded, on many kernels
             sh("modprobe", mod, check=False)
@@ -320,9 +332,9 @@ def node_ready(api: cluster_api.Api) -> bool:
         return False
 
 
-def build_binaries() -> Path:
+def build_binaries(names: tuple[str, ...] = BINARIES) -> Path:
     proc = subprocess.run(
-        [str(HACK / "build-binaries.sh"), "kubelet", "kube-proxy", "coredns", "registry"],
+        [str(HACK / "build-binaries.sh"), *names],
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     if proc.returncode != 0:
@@ -330,9 +342,37 @@ def build_binaries() -> Path:
     return Path(proc.stdout.strip().splitlines()[-1])
 
 
+def cache_dir() -> Path:
+    return Path(os.environ.get("DTJOB_CACHE") or Path.home() / ".cache" / "dtjob")
+
+
+def registry_up(cfg: Config) -> None:
+    """The registry alone, ahead of the node (`hack/cluster.py registry-up`): a cold
+    hack/realnode-up.sh pushes the images while the cluster's binaries still build, instead
+    of after them. up() keeps it running; down() stops it with the rest."""
+    net = Net(cfg)
+    if not (running(cfg.state, "registry") and realnode_registry.ready(net.registry)):
+        ensure_registry(cfg, net, build_binaries(("registry",)))
+
+
+def ensure_registry(cfg: Config, net: Net, bins: Path) -> None:
+    """Start the registry unless it runs; registry_up() and up() may race (one lock)."""
+    rd = rdir(cfg)
+    for d in ("pids", f"certs.d/{net.registry}"):
+        (rd / d).mkdir(parents=True, exist_ok=True)
+    cfg.log("registry").parent.mkdir(parents=True, exist_ok=True)
+    with open(rd / ".registry.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        procs: dict[str, Popen[bytes]] = {}
+        if not running(cfg.state, "registry"):
+            realnode_registry.write_configs(rd, net.registry, cache_dir())
+            procs["registry"] = start(cfg, net, "registry", bins)
+        wait(cfg, f"registry {net.registry}", lambda: realnode_registry.ready(net.registry), procs)
+
+
 def up(cfg: Config, api: cluster_api.Api) -> None:
     t0 = time.monotonic()
-    cache = Path(os.environ.get("DTJOB_CACHE") or Path.home() / ".cache" / "dtjob")
+    cache = cache_dir()
     net = Net(cfg)
     if all(running(cfg.state, n) for n in COMPONENTS) and node_ready(api):
         print(f"cluster-up: real node {NODE} already running", file=sys.stderr)
@@ -341,17 +381,18 @@ def up(cfg: Config, api: cluster_api.Api) -> None:
         raise ClusterError("real node: needs root (containerd, CNI, iptables, mounts)")
     ensure_host(cfg)
     bins = build_binaries()
-    down(cfg, quiet=True)  # a half-running node: start clean
+    # A half-running node: start clean, but for what serves a build or push that may be
+    # under way beside this (hack/realnode-up.sh): the registry and the Docker Engine.
+    down(cfg, quiet=True, node_only=True)
     claim_host(cfg)
     write_configs(cfg, net, cache)
     setup_network(cfg, net)
     procs: dict[str, Popen[bytes]] = {}
     try:
-        procs["registry"] = start(cfg, net, "registry", bins)
         procs["containerd"] = start(cfg, net, "containerd", bins)
+        ensure_registry(cfg, net, bins)
         sock = rdir(cfg) / "containerd.sock"
         wait(cfg, "containerd socket", sock.exists, procs)
-        wait(cfg, f"registry {net.registry}", lambda: realnode_registry.ready(net.registry), procs)
         ensure_images(cfg, sock)
         publish_apiserver(cfg, net, api)
         for name in ("apiserver-forwarder", "coredns", "kube-proxy", "kubelet"):
@@ -391,14 +432,16 @@ def wait(cfg: Config, what: str, ok: object, procs: dict[str, Popen[bytes]]) -> 
         time.sleep(0.5)
 
 
-def down(cfg: Config, quiet: bool = False) -> list[str]:
-    """Stop what up() recorded, then remove containers, netns, mounts, rules and the bridge."""
+def down(cfg: Config, quiet: bool = False, node_only: bool = False) -> list[str]:
+    """Stop what up() recorded, then remove containers, netns, mounts, rules and the bridge;
+    with node_only, the registry and the Docker Engine keep running."""
     rd = rdir(cfg)
     if not rd.exists():
         return []
     stopped = []
     sock = rd / "containerd.sock"
-    for name in ("kubelet", "kube-proxy", "coredns", "apiserver-forwarder", "registry"):
+    beside = () if node_only else ("registry",)
+    for name in ("kubelet", "kube-proxy", "coredns", "apiserver-forwarder", *beside):
         if stop_one(cfg, name):
             stopped.append(name)
     if running(cfg.state, "containerd"):
@@ -435,7 +478,8 @@ def down(cfg: Config, quiet: bool = False) -> list[str]:
     if OWNER.exists() and OWNER.read_text().strip() == str(cfg.state):
         OWNER.unlink()
     # The Docker Engine hack/images.sh started (it only stops the one it recorded).
-    subprocess.run([str(HACK / "images.sh"), "stop"], check=False)
+    if not node_only:
+        subprocess.run([str(HACK / "images.sh"), "stop"], check=False)
     if stopped and not quiet:
         print(f"cluster-down: real node stopped ({', '.join(stopped)})", file=sys.stderr)
     return stopped

@@ -5,4 +5,4 @@ DEMO_JOBS ?=
 .PHONY: demo
 
 demo: ## set up cluster + real node + images + chart, run CPU example jobs, show them train
-	@DTJOB_PYTHON=$(PY) $(TOP)/hack/realnode-demo.sh $(DEMO_JOBS)
+	@$(TOP)/hack/realnode-demo.sh $(DEMO_JOBS)

@@ -7,7 +7,10 @@
 # DTJOB_E2E=0 leaves the e2e tier out (a quick local loop). The binaries are built before
 # the lanes, so a cold build is neither raced by two lanes nor charged to a test's timeout.
 TEST_BINARIES = etcd kube-apiserver kube-controller-manager kube-scheduler kwok kubectl helm \
-  prometheus promtool kueue
+  prometheus promtool kueue $(if $(filter 0,$(DTJOB_E2E)),,$(REALNODE_BINARIES))
+# The real node's (hack/realnode.py BINARIES), built with the others when the e2e tier runs:
+# one resolution of the Kubernetes modules, all builds side by side (hack/build-binaries.sh).
+REALNODE_BINARIES = kubelet kube-proxy coredns registry
 PYTEST_ARGS ?=
 PYTEST_PATHS ?= tests
 # Where the timing of a `make test` goes: phases.tsv (hack/timed.sh) and one junit XML per
