@@ -133,6 +133,21 @@ build_install() {  # name module-path version
   mv "$gobin/$name" "$bin_dir/$name"
 }
 
+# A main of ours (hack/gomain/<name>/main.go) against a module at its pinned version: the
+# tool with only the parts the local cluster uses. -mod=mod records the requirements the
+# main's imports need, as `go get` of those packages would.
+build_main() {  # name module version
+  local name=$1 module=$2 version=$3 mod="$cache_root/src/$1-main-$3"
+  echo "build-binaries: building $name $version, hack/gomain/$name (log: $log_dir/$name.log)" >&2
+  mkdir -p "$mod"
+  cp "$here/gomain/$name/main.go" "$mod/main.go"
+  [ -f "$mod/go.mod" ] ||
+    printf 'module dtjob.local/%s\n\ngo 1.24.0\n\nrequire %s %s\n' "$name" "$module" "$version" >"$mod/go.mod"
+  (cd "$mod" && GOFLAGS="$GOFLAGS -mod=mod" go build -trimpath -ldflags "-s -w" -o "$bin_dir/$name.tmp" .) \
+    >"$log_dir/$name.log" 2>&1 || die_log "building $name" "$log_dir/$name.log"
+  mv "$bin_dir/$name.tmp" "$bin_dir/$name"
+}
+
 # Both commands from one module at one version. Service discovery: Kubernetes alone (the
 # remove_all_sd tag leaves out the cloud ones, most of the build; file and http stay), and
 # without the builtinassets tag no web UI assets are embedded: the tests use the API only.
@@ -159,11 +174,11 @@ build_one() {  # component
     kwok) build_install kwok sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION" ;;
     helm) build_install helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION" ;;
     # The real node's DNS (hack/realnode.py); not part of the cache key, which predates it.
-    coredns) build_install coredns github.com/coredns/coredns "$COREDNS_VERSION" ;;
+    coredns) build_main coredns github.com/coredns/coredns "$COREDNS_VERSION" ;;
     prometheus) build_prometheus ;;
     # The real node's image registry (hack/realnode.py).
     registry)
-      build_install registry github.com/distribution/distribution/v3/cmd/registry "$REGISTRY_VERSION"
+      build_main registry github.com/distribution/distribution/v3 "$REGISTRY_VERSION"
       mkdir -p "$reg_dir" && mv "$bin_dir/registry" "$reg_dir/registry"
       ;;
     # Kueue's go.mod needs Go >= 1.25 and has no replace lines: a plain `go install` builds it

@@ -184,6 +184,9 @@ state = "{rd / "containerd-state"}"
   [{cri}.containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"
+    # A pulled layer is kept once, unpacked: the registry sends the layers uncompressed
+    # (hack/oci_push.py), and with their blobs kept too the trainer took 5 GB twice.
+    discard_unpacked_layers = true
     [{cri}.containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
   [{cri}.registry]
