@@ -195,12 +195,14 @@ def build_env(
     generation: int,
     *,
     default_socket_ifname: str = DEFAULT_NCCL_SOCKET_IFNAME,
+    layout: RankLayout | None = None,
 ) -> list[dict[str, str]]:
     """Every contract variable for one pod, as core/v1 EnvVar dicts in a stable order.
 
     `default_socket_ifname` is NCCL_SOCKET_IFNAME when the spec names none (an operator
-    setting: the interface of the cluster's pod network)."""
-    layout = rank_layout(spec)
+    setting: the interface of the cluster's pod network); `layout` is rank_layout(spec)
+    when the caller has it (builders.Job.layout)."""
+    layout = layout or rank_layout(spec)
     me = layout.slot(role, index)
     master = layout.master
     master_addr = pod_dns_name(job_name, namespace, master.role, master.index)

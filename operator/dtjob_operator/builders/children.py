@@ -12,7 +12,6 @@ from dtjob_operator.builders.network_policy import build_network_policy
 from dtjob_operator.builders.pod import build_pod
 from dtjob_operator.builders.rbac import build_rbac
 from dtjob_operator.builders.service import build_service
-from dtjob_operator.envcontract import rank_layout
 from dtjob_operator.settings import OperatorSettings
 
 
@@ -35,8 +34,7 @@ def build_support_objects(job: Job, settings: OperatorSettings | None = None) ->
 def build_pods(job: Job, generation: int, settings: OperatorSettings) -> list[Manifest]:
     """The gang of `generation`, in rank order (rank 0 first: it hosts the rendezvous)."""
     return [
-        build_pod(job, slot.role, slot.index, generation, settings)
-        for slot in rank_layout(job.spec).slots
+        build_pod(job, slot.role, slot.index, generation, settings) for slot in job.layout.slots
     ]
 
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from dtjob_api import GROUP, KIND, VERSION
 from dtjob_api.aliases import resolve
 from dtjob_api.spec import DistributedTrainingJobSpec
 from dtjob_operator.constants import LABEL_JOB_NAME, LABEL_MANAGED_BY, MANAGED_BY
+from dtjob_operator.envcontract import RankLayout, rank_layout
 
 API_VERSION = f"{GROUP}/{VERSION}"
 Manifest = dict[str, Any]
@@ -34,6 +36,12 @@ class Job:
         object.__setattr__(self, "spec", resolve(self.spec))
         if self.declared is not None:
             object.__setattr__(self, "declared", resolve(self.declared))
+
+    @cached_property
+    def layout(self) -> RankLayout:
+        """rank_layout(spec), made once: every pod's builder reads the whole gang's, and
+        made per pod it cost a 64-pod gang 64 x 64 slots (a 512-pod one 262,144)."""
+        return rank_layout(self.spec)
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any], size: int | None = None) -> Job:

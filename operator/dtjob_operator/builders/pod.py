@@ -26,7 +26,7 @@ from dtjob_operator.constants import (
     SHM_VOLUME,
     TRAINER_CONTAINER,
 )
-from dtjob_operator.envcontract import build_env, rank_layout
+from dtjob_operator.envcontract import build_env
 from dtjob_operator.naming import config_map_name, pod_name, service_account_name, service_name
 from dtjob_operator.settings import OperatorSettings
 
@@ -92,6 +92,7 @@ def trainer_env(
         index,
         generation,
         default_socket_ifname=settings.default_nccl_socket_ifname,
+        layout=job.layout,
     )
     names = {var["name"] for var in contract}
     user = [var for var in user_env if var.get("name") not in names]
@@ -237,7 +238,7 @@ def build_pod(
     if role_spec is None:
         raise KeyError(f"job {job.name} has no role {role!r}")
     template = role_spec.template
-    layout = rank_layout(spec)
+    layout = job.layout
     slot = layout.slot(role, index)
     name = pod_name(job.name, role, index)
 
