@@ -57,7 +57,9 @@ missing=()
 for c in "${wanted[@]}"; do [ -x "$(built_at "$c")" ] || missing+=("$c"); done
 if [ ${#missing[@]} -eq 0 ]; then link_own_versions; echo "$bin_dir"; exit 0; fi
 
-export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
+# No DWARF from the compiler: the links strip it anyway (-ldflags -w), and making it cost a
+# cold build of kwok 13 % of its CPU (377 -> 327 CPU-s here; same binary size).
+export CGO_ENABLED=0 GOFLAGS="-buildvcs=false -gcflags=all=-dwarf=false"
 minor=${KUBE_VERSION#v1.}; minor=${minor%%.*}
 staging_version="v0.${KUBE_VERSION#v1.}"
 # Staging modules published for 1.32+: see k8s.io/kubernetes/staging/src/k8s.io.
