@@ -16,6 +16,11 @@ class ClusterError(RuntimeError):
     """A failure the user can act on; printed as one line."""
 
 
+def cache_dir() -> Path:
+    """$DTJOB_CACHE, where every build, image and cluster state is kept."""
+    return Path(os.environ.get("DTJOB_CACHE") or Path.home() / ".cache" / "dtjob")
+
+
 @dataclass(frozen=True)
 class Config:
     state: Path
@@ -30,7 +35,7 @@ class Config:
     @classmethod
     def from_env(cls) -> Config:
         env = os.environ
-        cache = Path(env.get("DTJOB_CACHE") or Path.home() / ".cache" / "dtjob")
+        cache = cache_dir()
         try:
             return cls(
                 state=Path(env.get("DTJOB_CLUSTER_STATE") or cache / "cluster").resolve(),

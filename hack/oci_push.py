@@ -83,9 +83,14 @@ class Registry:
             )
         return _path(headers["location"])
 
-    def _finish_upload(self, location: str, digest: str) -> None:
+    def _finish_upload(self, location: str, digest: str, data: bytes = b"") -> None:
+        """Commit an upload under its digest, with its last bytes (all of them, for a
+        monolithic upload)."""
         sep = "&" if "?" in location else "?"
-        status, _, body = self.request("PUT", f"{location}{sep}digest={digest}")
+        status, _, body = self.request(
+            "PUT", f"{location}{sep}digest={digest}", data,
+            {"Content-Type": "application/octet-stream"},
+        )  # fmt: skip
         if status != 201:
             raise PushError(
                 f"committing {digest} to {self.host}/{self.repo}: {status} {body[:200]!r}"
@@ -94,14 +99,7 @@ class Registry:
     def put_blob(self, data: bytes) -> str:
         digest = "sha256:" + hashlib.sha256(data).hexdigest()
         if self.blob_size(digest) is None:
-            location = self._start_upload()
-            sep = "&" if "?" in location else "?"
-            status, _, body = self.request(
-                "PUT", f"{location}{sep}digest={digest}", data,
-                {"Content-Type": "application/octet-stream"},
-            )  # fmt: skip
-            if status != 201:
-                raise PushError(f"uploading {digest}: {status} {body[:200]!r}")
+            self._finish_upload(self._start_upload(), digest, data)
         return digest
 
     def stream_blob(self, source: IO[bytes], size: int) -> str:

@@ -36,7 +36,7 @@ from subprocess import Popen
 import cluster_api
 import cluster_pki
 import realnode_registry
-from cluster_components import HACK, ClusterError, Config
+from cluster_components import HACK, ClusterError, Config, cache_dir
 
 NODE = "dtjob-real-0"
 TAINT_KEY = "dtjob.io/node"  # label and NoSchedule taint dtjob.io/node=real
@@ -343,10 +343,6 @@ def build_binaries(names: tuple[str, ...] = BINARIES) -> Path:
     if proc.returncode != 0:
         raise ClusterError("building the real node's binaries failed (see the line above)")
     return Path(proc.stdout.strip().splitlines()[-1])
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("DTJOB_CACHE") or Path.home() / ".cache" / "dtjob")
 
 
 def registry_up(cfg: Config) -> None:
