@@ -129,17 +129,37 @@ def _as_dict(obj: Any) -> dict[str, Any]:
     return client.ApiClient().sanitize_for_serialization(obj)  # type: ignore[no-any-return]
 
 
+# Every namespace create_namespace made, in order: tests/integration/conftest.py deletes those
+# a test made when it ends, failed or not, so a failure leaves no pods holding the fake GPUs
+# that the next test waits for (one failure used to take six more tests down with it).
+MADE_NAMESPACES: list[tuple[client.CoreV1Api, str]] = []
+
+
 def create_namespace(core: client.CoreV1Api, prefix: str = "t", timeout: float = 60) -> str:
     """A fresh namespace, returned once its default ServiceAccount exists (the
     ServiceAccount admission plugin refuses pods until the controller-manager made it)."""
     name = unique(prefix)
     core.create_namespace({"metadata": {"name": name, "labels": {"dtjob.io/test": "true"}}})
+    MADE_NAMESPACES.append((core, name))
     wait_for(
         lambda: _exists(lambda: core.read_namespaced_service_account("default", name)),
         timeout,
         what=f"ServiceAccount default in {name}",
     )
     return name
+
+
+def delete_namespace_now(core: client.CoreV1Api, name: str) -> None:
+    """Delete the namespace and its pods at once (grace 0): a pod held Terminating (KWOK's
+    slow delete, a checkpointing trainer) would keep its GPUs for minutes otherwise. Gone
+    or going already (404, 409) is fine."""
+    with contextlib.suppress(ApiException):
+        core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
+    try:
+        core.delete_namespace(name)
+    except ApiException as e:
+        if e.status not in (404, 409):
+            raise
 
 
 def _exists(read: Callable[[], Any]) -> bool:

@@ -16,7 +16,7 @@ import pytest
 from kubernetes import client, config
 
 from helpers.cluster import cluster_cmd
-from helpers.kube import KWOK_NODE, create_namespace
+from helpers.kube import KWOK_NODE, MADE_NAMESPACES, create_namespace, delete_namespace_now
 
 
 @dataclass(frozen=True)
@@ -92,8 +92,19 @@ def core(cluster: Cluster) -> client.CoreV1Api:
 
 
 @pytest.fixture
-def namespace(cluster: Cluster) -> Iterator[str]:
-    """A fresh namespace per test, deleted afterwards (the namespace controller finishes it)."""
-    name = create_namespace(cluster.core)
-    yield name
-    cluster.core.delete_namespace(name)
+def namespace(cluster: Cluster) -> str:
+    """A fresh namespace per test, deleted afterwards (_namespaces_go_with_their_test)."""
+    return create_namespace(cluster.core)
+
+
+@pytest.fixture(autouse=True)
+def _namespaces_go_with_their_test() -> Iterator[None]:
+    """The namespaces a test made with create_namespace are deleted, pods first and at once,
+    when it ends, passed or failed; the explicit delete at a test's end covers a pass only.
+    Those of module fixtures are made before this runs (pytest sets up wider scopes first)
+    and stay theirs."""
+    before = len(MADE_NAMESPACES)
+    yield
+    for core, name in MADE_NAMESPACES[before:]:
+        delete_namespace_now(core, name)
+    del MADE_NAMESPACES[before:]
