@@ -64,7 +64,6 @@ from __future__ import annotations
 
 from dtjob_api.spec import RunPolicy
 from dtjob_api.status import TERMINAL_PHASES, JobPhase
-from dtjob_api.validation import validate_job
 from dtjob_operator.builders import Job
 from dtjob_operator.builders.job import elastic_size
 from dtjob_operator.constants import (
@@ -122,6 +121,7 @@ from dtjob_operator.policies.times import format_time, seconds_until
 from dtjob_operator.policies.waiting import why_not_running
 from dtjob_operator.settings import OperatorSettings
 from dtjob_operator.status import progress_of
+from dtjob_operator.validated import spec_errors
 
 __all__ = ["Event", "Observed", "Plan", "plan"]
 
@@ -156,7 +156,7 @@ class _Planner(ElasticSteps, StallSteps, NodeSteps):
             return Plan(status=dict(self.prior))
         if self.prior_phase in TERMINAL_PHASES:
             return self._finished()
-        errors = validate_job(
+        errors = spec_errors(
             self.o.job.get("spec"),
             self.meta.get("name"),
             # The admin's guard rails hold a job until it starts: tightening one must not

@@ -16,7 +16,14 @@ from dtjob_api.goodput import Ledger, gpus_of
 from dtjob_api.spec import DistributedTrainingJobSpec, RunPolicy
 from dtjob_api.status import JobPhase
 from dtjob_operator.admission.placement import keep_off, place
-from dtjob_operator.builders import Job, Manifest, build_pods, build_support_objects, child_key
+from dtjob_operator.builders import (
+    Job,
+    Manifest,
+    build_pods,
+    build_support_objects,
+    child_key,
+    support_keys,
+)
 from dtjob_operator.constants import (
     CONDITION_CHECKPOINT_STORAGE,
     CONDITION_RESTARTING,
@@ -30,7 +37,6 @@ from dtjob_operator.constants import (
     REASON_PODS_NOT_READY,
     REASON_PREEMPTED,
 )
-from dtjob_operator.envcontract import rank_layout
 from dtjob_operator.kueue.multikueue import origin
 from dtjob_operator.naming import pod_name
 from dtjob_operator.plan_types import Event, Observed, Plan
@@ -180,6 +186,8 @@ class PlanState:
         return verdict
 
     def _create_missing_support_objects(self) -> None:
+        if all(k in self.o.children for k in support_keys(self.job, self.settings)):
+            return
         for manifest in build_support_objects(self.job, self.settings):
             if child_key(manifest) not in self.o.children:
                 self.create.append(manifest)
@@ -194,7 +202,7 @@ class PlanState:
     def gang_members(self) -> list[str]:
         """The names of the current gang's pods, in rank order: gang_manifests' names,
         from the rank layout alone (a pass that creates nothing builds no pod)."""
-        return [pod_name(self.job.name, s.role, s.index) for s in rank_layout(self.job.spec).slots]
+        return [pod_name(self.job.name, s.role, s.index) for s in self.job.layout.slots]
 
     def _missing_pods(self) -> list[Manifest]:
         existing = {name_of(p) for p in self.o.pods}
@@ -229,7 +237,7 @@ class PlanState:
 
     def _gang_size(self) -> int:
         assert self.spec is not None
-        return rank_layout(self.spec).nnodes
+        return self.job.layout.nnodes  # made once per job (builders.Job.layout)
 
     def _run_policy(self) -> RunPolicy:
         if self.spec is not None:

@@ -6,6 +6,7 @@ from dtjob_operator.builders.children import (
     build_pods,
     build_support_objects,
     child_key,
+    support_keys,
 )
 from dtjob_operator.builders.configmaps import (
     build_config_map,
@@ -31,4 +32,5 @@ __all__ = [
     "build_support_objects",
     "child_key",
     "owner_reference",
+    "support_keys",
 ]

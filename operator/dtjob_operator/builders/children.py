@@ -12,6 +12,16 @@ from dtjob_operator.builders.network_policy import build_network_policy
 from dtjob_operator.builders.pod import build_pod
 from dtjob_operator.builders.rbac import build_rbac
 from dtjob_operator.builders.service import build_service
+from dtjob_operator.naming import (
+    config_map_name,
+    history_config_map_name,
+    network_policy_name,
+    progress_config_map_name,
+    role_binding_name,
+    role_name,
+    service_account_name,
+    service_name,
+)
 from dtjob_operator.settings import OperatorSettings
 
 
@@ -29,6 +39,26 @@ def build_support_objects(job: Job, settings: OperatorSettings | None = None) ->
     if settings is not None and settings.network_policy:
         objects.append(build_network_policy(job))
     return objects
+
+
+def support_keys(job: Job, settings: OperatorSettings | None = None) -> list[tuple[str, str]]:
+    """child_key of each of build_support_objects(job, settings), from the names alone: a
+    pass whose job has them all builds none (the config's JSON, the Role's rules: a tenth
+    of a burst's planning). tests/unit/operator/test_builders_children.py holds the two
+    equal."""
+    name = job.name
+    keys = [
+        ("ServiceAccount", service_account_name(name)),
+        ("Role", role_name(name)),
+        ("RoleBinding", role_binding_name(name)),
+        ("ConfigMap", config_map_name(name)),
+        ("ConfigMap", progress_config_map_name(name)),
+        ("ConfigMap", history_config_map_name(name)),
+        ("Service", service_name(name)),
+    ]
+    if settings is not None and settings.network_policy:
+        keys.append(("NetworkPolicy", network_policy_name(name)))
+    return keys
 
 
 def build_pods(job: Job, generation: int, settings: OperatorSettings) -> list[Manifest]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any
 
 from dtjob_api import GROUP, KIND, VERSION
@@ -37,11 +36,17 @@ class Job:
         if self.declared is not None:
             object.__setattr__(self, "declared", resolve(self.declared))
 
-    @cached_property
+    @property
     def layout(self) -> RankLayout:
         """rank_layout(spec), made once: every pod's builder reads the whole gang's, and
-        made per pod it cost a 64-pod gang 64 x 64 slots (a 512-pod one 262,144)."""
-        return rank_layout(self.spec)
+        made per pod it cost a 64-pod gang 64 x 64 slots (a 512-pod one 262,144). Not a
+        functools.cached_property: on Python 3.11 (the images') its getter takes one lock
+        for every instance, and the reconcile workers queued on it."""
+        found: RankLayout | None = self.__dict__.get("_layout")
+        if found is None:
+            found = rank_layout(self.spec)
+            object.__setattr__(self, "_layout", found)  # a frozen dataclass's memo
+        return found
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any], size: int | None = None) -> Job:

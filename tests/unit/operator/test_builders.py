@@ -335,6 +335,21 @@ def test_build_children_lists_support_objects_before_the_gang_in_rank_order() ->
     assert {c["metadata"]["labels"]["dtjob.io/generation"] for c in children[7:]} == {"2"}
 
 
+@pytest.mark.parametrize("network_policy", [False, True])
+def test_the_support_keys_are_those_of_the_built_support_objects(network_policy: bool) -> None:
+    from dtjob_operator.builders import build_support_objects, support_keys
+
+    settings = OperatorSettings(network_policy=network_policy)
+    template = {"spec": {"serviceAccountName": "own"}}
+    for job in (
+        a_job().with_strategy("ParameterServer").with_workers(2).with_ps(1).job(),
+        a_job("a-much-longer-name-of-a-job", "ns").with_workers(3, gpus=1).job(),
+        a_job().with_workers(1, template=template).job(),
+    ):
+        built = [child_key(m) for m in build_support_objects(job, settings)]
+        assert support_keys(job, settings) == built
+
+
 def test_building_twice_gives_identical_manifests() -> None:
     job = a_job().with_strategy("Hybrid").with_stages(4, gpus=1).job()
     assert build_children(job, SETTINGS) == build_children(job, SETTINGS)
