@@ -1,7 +1,7 @@
 """The planner's check of a job's spec, made once per spec: every reconcile of a job checks
 the spec it plans from, and in a burst of 200 gangs the schema's parse and the rules
-(cross-field, pod template, guard rails) were some 15 % of all planning (py-spy), for specs
-that had not changed since the last pass. The memo is keyed by the spec's own bytes (a
+(cross-field, pod template, guard rails) were a share of every pass's planning (py-spy),
+for specs that had not changed since the last pass. The memo is keyed by the spec's own bytes (a
 digest of its JSON) and the guard rails, nothing else goes into the verdict; the name is
 checked apart (cheap), so the jobs of one template share an entry."""
 
@@ -17,7 +17,7 @@ from dtjob_api.errors import FieldError
 from dtjob_api.guard_rails import GuardRails
 from dtjob_api.validation import validate_job, validate_name
 
-# Jobs whose verdicts are kept; past it the memo starts again (a verdict is a few errors,
+# Specs whose verdicts are kept; past it the memo starts again (a verdict is a few errors,
 # usually none: 4,096 of them are well under a megabyte).
 MAX_KEPT = 4096
 

@@ -43,9 +43,8 @@ def build_support_objects(job: Job, settings: OperatorSettings | None = None) ->
 
 def support_keys(job: Job, settings: OperatorSettings | None = None) -> list[tuple[str, str]]:
     """child_key of each of build_support_objects(job, settings), from the names alone: a
-    pass whose job has them all builds none (the config's JSON, the Role's rules: a tenth
-    of a burst's planning). tests/unit/operator/test_builders_children.py holds the two
-    equal."""
+    pass whose job has them all builds none (the config's JSON, the Role's rules).
+    tests/unit/operator/test_builders.py holds the two equal."""
     name = job.name
     keys = [
         ("ServiceAccount", service_account_name(name)),
