@@ -11,13 +11,16 @@ here=$(cd "$(dirname "$0")" && pwd)
 source "$here/versions.env"
 
 cache_root=${DTJOB_CACHE:-$HOME/.cache/dtjob}
-key="k8s-${KUBE_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}"
+key="k8s-${KUBE_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}_coredns-${COREDNS_VERSION}"
 bin_dir="$cache_root/bin/$key"
 log_dir="$cache_root/build-logs"
 mkdir -p "$bin_dir" "$log_dir" "$cache_root/src"
 
 kube_components=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
-all=("${kube_components[@]}" etcd kwok helm coredns prometheus promtool registry kueue)
+# Built together from one Go module (build_together, below): everything that links
+# Kubernetes' client libraries and builds with Kubernetes' own versions of them.
+together=("${kube_components[@]}" etcd kwok helm coredns)
+all=("${together[@]}" prometheus promtool registry kueue)
 wanted=("$@")
 [ ${#wanted[@]} -gt 0 ] || wanted=("${all[@]}")
 
@@ -69,58 +72,104 @@ staging=(api apiextensions-apiserver apimachinery apiserver cli-runtime client-g
   kube-aggregator kube-controller-manager kube-proxy kube-scheduler kubectl kubelet metrics
   mount-utils pod-security-admission sample-apiserver)
 
-build_kube() {
-  local mod="$cache_root/src/kube-$KUBE_VERSION" comps=("$@")
-  mkdir -p "$mod"
+# The Kubernetes commands, etcd, kwok, Helm and CoreDNS (our main, hack/gomain/coredns), all
+# from ONE Go module and ONE `go build`: each dependency they share (client-go and the API
+# types, gRPC, protobuf, OpenTelemetry, Prometheus' client) is at one version, and Go
+# compiles each package once for all of them. Built from a module each, as before, the same
+# libraries at slightly different versions were compiled four or five times (figures:
+# docs/real-node.md, "Where a cold set-up goes"). Kubernetes' versions win: every module its
+# release's go.mod requires is replaced by that version (the staging modules by the
+# release's), so the Kubernetes commands are built exactly as from their own module, and
+# the other tools against Kubernetes' libraries; left to minimal version selection, the
+# others' newer requirements had moved 37 of Kubernetes' dependencies (gRPC, CEL, etcd's
+# client among them). The registry stays apart: its module needs an OpenTelemetry newer than
+# Kubernetes 1.33 compiles with.
+# Every missing member is built, not only those asked for: a cold set-up wants them all
+# (hack/realnode-up.sh asks for Helm beside the cluster's build), and one build costs little
+# more than its largest member.
+build_together() {  # components
+  local mod="$cache_root/src/cluster-$key" comps=("$@") c
+  mkdir -p "$mod/coredns"
   if [ ! -f "$mod/go.mod" ]; then
     {
-      echo "module dtjob.local/kubebuild"
+      echo "module dtjob.local/clusterbuild"
       echo
       echo "go 1.24.0"
       echo
       echo "godebug default=go1.24"
       echo
       for s in "${staging[@]}"; do echo "replace k8s.io/$s => k8s.io/$s $staging_version"; done
-    } >"$mod/go.mod"
+    } >"$mod/go.mod.tmp"
+    # kube_pins runs `go` in the module (go.mod without the pins), then the pins are added;
+    # a failure leaves no go.mod, so the next run does not build without them.
+    if ! (cd "$mod" && cp go.mod.tmp go.mod && kube_pins >>go.mod.tmp && mv go.mod.tmp go.mod) \
+      2>"$log_dir/cluster-modules.log"; then
+      rm -f "$mod/go.mod"
+      die_log "reading k8s.io/kubernetes $KUBE_VERSION's go.mod" "$log_dir/cluster-modules.log"
+    fi
   fi
-  # `go get` of the command packages (not just the module) records every dependency they
+  cp "$here/gomain/coredns/main.go" "$mod/coredns/main.go"
+  # `go get` of the command packages (not just the modules) records every dependency they
   # need in go.mod/go.sum; a blank tools.go cannot import main packages, and `go mod tidy`
   # would drop the requirement again. Cheap when already recorded.
-  local c pkgs=()
-  for c in "${comps[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c@$KUBE_VERSION"); done
-  echo "build-binaries: resolving modules for k8s.io/kubernetes $KUBE_VERSION (log: $log_dir/kube-modules.log)" >&2
-  (cd "$mod" && go get "${pkgs[@]}") >"$log_dir/kube-modules.log" 2>&1 \
-    || die_log "downloading Go modules for k8s.io/kubernetes $KUBE_VERSION" "$log_dir/kube-modules.log"
+  local gets=(
+    "go.etcd.io/etcd/server/v3@$ETCD_VERSION" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+    "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" "github.com/coredns/coredns@$COREDNS_VERSION"
+  )
+  for c in "${kube_components[@]}"; do gets+=("k8s.io/kubernetes/cmd/$c@$KUBE_VERSION"); done
+  echo "build-binaries: resolving modules for ${together[*]} (log: $log_dir/cluster-modules.log)" >&2
+  (cd "$mod" && go get "${gets[@]}") >"$log_dir/cluster-modules.log" 2>&1 \
+    || die_log "downloading Go modules for ${together[*]}" "$log_dir/cluster-modules.log"
+  local pkgs=()
+  for c in "${comps[@]}"; do pkgs+=("$(package_of "$c")"); done
   local pkg="k8s.io/component-base/version" cgo="k8s.io/client-go/pkg/version"
-  local ld="-s -w"
+  local ld="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
   for p in $pkg $cgo; do
     ld+=" -X $p.gitVersion=$KUBE_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
     ld+=" -X $p.buildDate=1970-01-01T00:00:00Z"
   done
   # One `go build` of every wanted command: Go schedules their packages' compiles and the
   # links together (separate builds linked one binary at a time, each alone on the cores).
-  local out="$bin_dir/.kube-build"
+  local out="$bin_dir/.together-build"
   rm -rf "$out" && mkdir -p "$out"
-  echo "build-binaries: building ${comps[*]} $KUBE_VERSION (log: $log_dir/kube-build.log)" >&2
-  (cd "$mod" && go build -trimpath -ldflags "$ld" -o "$out/" "${pkgs[@]%@*}") \
-    >"$log_dir/kube-build.log" 2>&1 || die_log "building ${comps[*]}" "$log_dir/kube-build.log"
-  for c in "${comps[@]}"; do mv "$out/$c" "$bin_dir/$c"; done
-  rmdir "$out"
+  echo "build-binaries: building ${comps[*]} (log: $log_dir/cluster-build.log)" >&2
+  (cd "$mod" && GOFLAGS="$GOFLAGS -mod=mod" go build -trimpath -ldflags "$ld" -o "$out/" "${pkgs[@]}") \
+    >"$log_dir/cluster-build.log" 2>&1 || die_log "building ${comps[*]}" "$log_dir/cluster-build.log"
+  # `go build -o dir/` names each binary after its package: etcd's is server (of server/v3).
+  for c in "${comps[@]}"; do mv "$out/$(binary_of "$c")" "$bin_dir/$c"; done
+  rm -rf "$out"
 }
 
-build_etcd() {
-  local mod="$cache_root/src/etcd-$ETCD_VERSION"
-  mkdir -p "$mod"
-  echo "build-binaries: building etcd $ETCD_VERSION (log: $log_dir/etcd.log)" >&2
-  (
-    cd "$mod"
-    [ -f go.mod ] || printf 'module dtjob.local/etcdbuild\n\ngo 1.23\n' >go.mod
-    echo 'package main' >tools.go
-    # && not newlines: set -e does not apply inside a subshell tested with ||.
-    go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" &&
-      go build -trimpath -ldflags "-s -w" -o "$bin_dir/etcd.tmp" go.etcd.io/etcd/server/v3
-  ) >"$log_dir/etcd.log" 2>&1 || die_log "building etcd" "$log_dir/etcd.log"
-  mv "$bin_dir/etcd.tmp" "$bin_dir/etcd"
+# `replace M => M v` for each module k8s.io/kubernetes's go.mod requires (bar the staging
+# modules, replaced above). Run in the module's directory.
+kube_pins() {
+  local gomod
+  gomod=$(go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | sed -n 's/^\s*"GoMod": "\(.*\)",\{0,1\}$/\1/p')
+  [ -s "$gomod" ] || { echo "no go.mod downloaded for k8s.io/kubernetes@$KUBE_VERSION" >&2; return 1; }
+  awk -v staged="${staging[*]}" '
+    BEGIN { n = split(staged, s, " "); for (i = 1; i <= n; i++) skip["k8s.io/" s[i]] = 1 }
+    /^require \(/ { block = 1; next }
+    block && /^\)/ { block = 0 }
+    block && NF >= 2 && $1 !~ /^\/\// { pin($1, $2) }
+    /^require [^(]/ { pin($2, $3) }
+    function pin(m, v) { if (!(m in skip)) print "replace " m " => " m " " v }' "$gomod"
+}
+
+package_of() {  # component -> its main package in the module above
+  case "$1" in
+    etcd) echo go.etcd.io/etcd/server/v3 ;;
+    kwok) echo sigs.k8s.io/kwok/cmd/kwok ;;
+    helm) echo helm.sh/helm/v3/cmd/helm ;;
+    coredns) echo ./coredns ;;
+    *) echo "k8s.io/kubernetes/cmd/$1" ;;
+  esac
+}
+
+binary_of() {  # component -> the name `go build -o dir/` gives its binary
+  case "$1" in
+    etcd) echo server ;;
+    *) echo "$1" ;;
+  esac
 }
 
 build_install() {  # name module-path version
@@ -128,9 +177,7 @@ build_install() {  # name module-path version
   echo "build-binaries: building $name $version (log: $log_dir/$name.log)" >&2
   local gobin="$cache_root/src/gobin-$name-$version"
   mkdir -p "$gobin"
-  local ld="-s -w"
-  [ "$name" = helm ] && ld+=" -X helm.sh/helm/v3/internal/version.version=$version"
-  GOBIN="$gobin" go install -trimpath -ldflags "$ld" "$path@$version" >"$log_dir/$name.log" 2>&1 \
+  GOBIN="$gobin" go install -trimpath -ldflags "-s -w" "$path@$version" >"$log_dir/$name.log" 2>&1 \
     || die_log "building $name" "$log_dir/$name.log"
   mv "$gobin/$name" "$bin_dir/$name"
 }
@@ -172,11 +219,6 @@ build_prometheus() {
 # the other). Each writes its own log; a failure is its one line, and the rest still finish.
 build_one() {  # component
   case "$1" in
-    etcd) build_etcd ;;
-    kwok) build_install kwok sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION" ;;
-    helm) build_install helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION" ;;
-    # The real node's DNS (hack/realnode.py); not part of the cache key, which predates it.
-    coredns) build_main coredns github.com/coredns/coredns "$COREDNS_VERSION" ;;
     prometheus) build_prometheus ;;
     # The real node's image registry (hack/realnode.py).
     registry)
@@ -200,27 +242,28 @@ build_one() {  # component
   esac
 }
 
-kube_missing=() others=() pids=()
+in_together=0 others=() pids=()
 for c in "${missing[@]}"; do
   case "$c" in
     promtool) others+=(prometheus) ;;  # both commands come from one build
-    etcd | kwok | helm | coredns | prometheus | registry | kueue | kubeflow-training-operator) others+=("$c") ;;
-    *) kube_missing+=("$c") ;;
+    prometheus | registry | kueue | kubeflow-training-operator) others+=("$c") ;;
+    *) in_together=1 ;;
   esac
 done
-# Another run may be building the same tool (hack/realnode-up.sh starts the registry beside
-# the cluster's build): one build per tool at a time, and what the other built is used.
-kube_locked() {
-  exec 9>"$cache_root/src/.build-kube.lock" && flock 9
+# Another run may be building the same tool (hack/realnode-up.sh starts the registry and
+# Helm's build beside the cluster's): one build per tool at a time, and what the other
+# built is used.
+together_locked() {
+  exec 9>"$cache_root/src/.build-together.lock" && flock 9
   local c still=()
-  for c in "${kube_missing[@]}"; do [ -x "$(built_at "$c")" ] || still+=("$c"); done
-  [ ${#still[@]} -eq 0 ] || build_kube "${still[@]}"
+  for c in "${together[@]}"; do [ -x "$(built_at "$c")" ] || still+=("$c"); done
+  [ ${#still[@]} -eq 0 ] || build_together "${still[@]}"
 }
 one_locked() {  # component
   exec 9>"$cache_root/src/.build-$1.lock" && flock 9
   [ -x "$(built_at "$1")" ] || build_one "$1"
 }
-[ ${#kube_missing[@]} -eq 0 ] || { kube_locked & pids+=($!); }
+[ "$in_together" = 0 ] || { together_locked & pids+=($!); }
 for c in $(printf '%s\n' "${others[@]}" | sort -u); do one_locked "$c" & pids+=($!); done
 failed=0
 for p in "${pids[@]}"; do wait "$p" || failed=$((failed + 1)); done

@@ -9,7 +9,8 @@
 TEST_BINARIES = etcd kube-apiserver kube-controller-manager kube-scheduler kwok kubectl helm \
   prometheus promtool kueue $(if $(filter 0,$(DTJOB_E2E)),,$(REALNODE_BINARIES))
 # The real node's (hack/realnode.py BINARIES), built with the others when the e2e tier runs:
-# one resolution of the Kubernetes modules, all builds side by side (hack/build-binaries.sh).
+# one Go module for everything that links Kubernetes' libraries, the registry beside it
+# (hack/build-binaries.sh).
 REALNODE_BINARIES = kubelet kube-proxy coredns registry
 PYTEST_ARGS ?=
 PYTEST_PATHS ?= tests

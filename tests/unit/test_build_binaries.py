@@ -1,7 +1,8 @@
-"""hack/build-binaries.sh's plan: the Kubernetes commands from one resolution of their
-modules and one `go build`, every other tool beside them, a failed build named while the
-rest finish. The Go toolchain is replaced by a recorder here (a real cold build is minutes:
-`make demo` on empty caches is where the builds themselves are exercised)."""
+"""hack/build-binaries.sh's plan: the Kubernetes commands, etcd, kwok, Helm and CoreDNS
+from one module, one resolution of it and one `go build`, every other tool beside them, a
+failed build named while the rest finish. The Go toolchain is replaced by a recorder here
+(a real cold build is minutes: `make demo` on empty caches is where the builds themselves
+are exercised)."""
 
 from __future__ import annotations
 
@@ -23,11 +24,19 @@ mk() { : >"$1" && chmod +x "$1"; }
 [ "$1" = get ] || sleep "${GO_SLEEP:-0}"
 case "$1" in
   get) exit 0 ;;
+  mod)  # `go mod download -json k8s.io/kubernetes@v`: a go.mod of the release, in short
+    f=$(dirname "$GO_CALLS")/kubernetes.mod
+    printf 'module k8s.io/kubernetes\n\nrequire (\n\tgoogle.golang.org/grpc v1.68.1\n' >"$f"
+    printf '\tk8s.io/api v0.0.0\n\tk8s.io/klog/v2 v2.130.1 // indirect\n)\n' >>"$f"
+    printf '{\n\t"Path": "k8s.io/kubernetes",\n\t"GoMod": "%s"\n}\n' "$f" ;;
   build)
     out=
     while [ $# -gt 0 ]; do case "$1" in -o) out=$2; shift 2 ;; *) pkgs+=("$1"); shift ;; esac; done
     [[ "$out" == */ ]] || { mk "$out"; exit 0; }
-    for p in "${pkgs[@]}"; do [[ "$p" != k8s.io/* ]] || mk "$out${p##*/}"; done ;;
+    for p in "${pkgs[@]}"; do  # named as Go names them: etcd's server/v3 is server
+      [ "$p" != "$GO_FAIL" ] || { echo "compile error in $p"; exit 1; }
+      [[ "$p" == -* ]] && continue; n=${p%/v[0-9]}; mk "$out${n##*/}"
+    done ;;
   install)
     for p in "$@"; do
       case "$p" in *@*) [ "${p%@*}" != "$GO_FAIL" ] || { echo "compile error in $p"; exit 1; }
@@ -57,16 +66,32 @@ def run(tmp_path: Path, *components: str, fail: str = "") -> tuple[int, str, lis
     return proc.returncode, err, lines
 
 
-def test_the_kubernetes_commands_resolve_once_and_build_in_one_go_build(tmp_path: Path) -> None:
+TOGETHER = {
+    "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kubelet",
+    "kube-proxy", "etcd", "kwok", "helm", "coredns",
+}  # fmt: skip
+
+
+def test_the_cluster_tools_resolve_once_and_build_in_one_go_build(tmp_path: Path) -> None:
     kube = ["kube-apiserver", "kubectl", *realnode.BINARIES[:2]]  # control plane + kubelet
     rc, err, calls = run(tmp_path, *kube, "kwok", "etcd")
     assert rc == 0, err
-    kube_calls = [c for c in calls if "/src/kube-" in c.split("|")[0]]
-    assert [c.split("|")[1].split()[0] for c in kube_calls] == ["get", "build"]
-    built = kube_calls[1].split("|")[1]
-    assert all(f"k8s.io/kubernetes/cmd/{c}" in built.split() for c in kube)
+    one = [c for c in calls if "/src/cluster-" in c.split("|")[0]]
+    assert [c.split("|")[1].split()[0] for c in one] == ["mod", "get", "build"]
+    got, built = one[1].split("|")[1].split(), one[2].split("|")[1].split()
+    assert all(f"k8s.io/kubernetes/cmd/{c}" in built for c in kube)
+    # Every member of the module, asked for or not: Helm's build shares the others' compiles.
+    assert {"go.etcd.io/etcd/server/v3", "sigs.k8s.io/kwok/cmd/kwok",
+            "helm.sh/helm/v3/cmd/helm", "./coredns"} <= set(built)  # fmt: skip
+    assert any(g.startswith("helm.sh/helm/v3/cmd/helm@") for g in got)
+    assert len(calls) == len(one)  # nothing else was built
     bins = next((tmp_path / "cache" / "bin").iterdir())
-    assert {p.name for p in bins.iterdir()} >= {*kube, "kwok", "etcd"}
+    assert {p.name for p in bins.iterdir()} == TOGETHER
+    # Kubernetes' versions win: its release's requirements are pinned, bar its staging modules.
+    gomod = next((tmp_path / "cache" / "src").glob("cluster-*/go.mod")).read_text()
+    assert "replace google.golang.org/grpc => google.golang.org/grpc v1.68.1" in gomod
+    assert "replace k8s.io/klog/v2 => k8s.io/klog/v2 v2.130.1" in gomod
+    assert "replace k8s.io/api => k8s.io/api v0.33." in gomod and "v0.0.0" not in gomod
     # A second run finds everything built and calls no Go at all.
     (tmp_path / "calls").unlink()
     assert run(tmp_path, *kube, "kwok", "etcd")[0] == 0
@@ -74,12 +99,22 @@ def test_the_kubernetes_commands_resolve_once_and_build_in_one_go_build(tmp_path
 
 
 def test_a_failed_build_is_named_and_the_others_still_finish(tmp_path: Path) -> None:
-    rc, err, _ = run(tmp_path, "kwok", "helm", "coredns", fail="sigs.k8s.io/kwok/cmd/kwok")
+    prom = "github.com/prometheus/prometheus/cmd/prometheus"
+    rc, err, _ = run(tmp_path, "kwok", "prometheus", fail=prom)
     assert rc == 1
-    assert re.search(r"building kwok failed: compile error in sigs.k8s.io/kwok", err), err
-    assert "1 of 3 builds failed" in err
+    assert re.search(rf"building prometheus failed: compile error in {prom}", err), err
+    assert "1 of 2 builds failed" in err
+    bins = next(p for p in (tmp_path / "cache" / "bin").iterdir() if p.name.startswith("k8s-"))
+    assert {p.name for p in bins.iterdir()} == TOGETHER
+
+
+def test_a_failed_module_build_names_its_members_and_log(tmp_path: Path) -> None:
+    rc, err, _ = run(tmp_path, "kwok", fail="sigs.k8s.io/kwok/cmd/kwok")
+    assert rc == 1
+    said = r"building .*kwok.* failed: compile error in sigs.k8s.io/kwok.*; see .*cluster-build.log"
+    assert re.search(said, err), err
     bins = next((tmp_path / "cache" / "bin").iterdir())
-    assert {p.name for p in bins.iterdir()} == {"helm", "coredns"}
+    assert not [p.name for p in bins.iterdir() if not p.name.startswith(".")]  # none half-built
 
 
 def test_two_runs_that_want_one_tool_build_it_once(tmp_path: Path) -> None:
