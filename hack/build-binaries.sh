@@ -135,8 +135,14 @@ build_together() {  # components
   echo "build-binaries: building ${comps[*]} (log: $log_dir/cluster-build.log)" >&2
   (cd "$mod" && GOFLAGS="$GOFLAGS -mod=mod" go build -trimpath -ldflags "$ld" -o "$out/" "${pkgs[@]}") \
     >"$log_dir/cluster-build.log" 2>&1 || die_log "building ${comps[*]}" "$log_dir/cluster-build.log"
-  # `go build -o dir/` names each binary after its package: etcd's is server (of server/v3).
-  for c in "${comps[@]}"; do mv "$out/$(binary_of "$c")" "$bin_dir/$c"; done
+  # `go build -o dir/` names each binary after its package's last element, a major version
+  # suffix left out: etcd's (go.etcd.io/etcd/server/v3) is server.
+  local p
+  for c in "${comps[@]}"; do
+    p=$(package_of "$c")
+    [[ ! "$p" =~ /v[0-9]+$ ]] || p=${p%/*}
+    mv "$out/${p##*/}" "$bin_dir/$c"
+  done
   rm -rf "$out"
 }
 
@@ -162,13 +168,6 @@ package_of() {  # component -> its main package in the module above
     helm) echo helm.sh/helm/v3/cmd/helm ;;
     coredns) echo ./coredns ;;
     *) echo "k8s.io/kubernetes/cmd/$1" ;;
-  esac
-}
-
-binary_of() {  # component -> the name `go build -o dir/` gives its binary
-  case "$1" in
-    etcd) echo server ;;
-    *) echo "$1" ;;
   esac
 }
 
