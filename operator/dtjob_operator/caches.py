@@ -13,6 +13,8 @@
   8 pods, the second copy was some 20 MiB; bench/api_load.py).
 - Nodes (without their image lists), ResourceQuotas (a change asks for an admission pass)
   and PriorityClasses.
+- Namespaces, for one bit: is it being deleted (reconcile.py leaves such a namespace's jobs
+  alone: its pods go first, and a gang restarted there would be refused).
 - The last state of the jobs' pods the watch saw deleted, for ten minutes (gone_pods.py):
   a member force-deleted off a dead node is judged by the node it ran on.
 
@@ -49,6 +51,7 @@ from dtjob_operator.trims import (
     is_history_config_map,
     trim_job_config_map,
     trim_job_pod,
+    trim_namespace,
     trim_node,
     trim_owned,
     trim_pod_for_capacity,
@@ -74,7 +77,7 @@ CACHE_CALLS: frozenset[tuple[str, str, str]] = frozenset(
     (group, resource, verb)
     for group, resource in ((GROUP, PLURAL), ("", "pods"), ("", "configmaps"), ("", "nodes"),
                             ("", "resourcequotas"), ("scheduling.k8s.io", "priorityclasses"),
-                            (KUEUE_GROUP, "workloads"))
+                            (KUEUE_GROUP, "workloads"), ("", "namespaces"))
     for verb in ("list", "watch")
 )  # fmt: skip
 
@@ -103,6 +106,7 @@ class Caches:
         self.nodes: Informer | None = None
         self.quotas: Informer | None = None
         self.priority_classes: Informer | None = None
+        self.namespaces: Informer | None = None
         self.workloads: list[Informer] = []
         self._workload_options: dict[str, Any] = {}  # set once the informers are built
         self._workloads_probed = float("-inf")
@@ -204,6 +208,9 @@ class Caches:
         self.priority_classes = Informer(
             "priorityclasses", lister(http, SCHEDULING, "priorityclasses"), **common
         )
+        self.namespaces = Informer(
+            "namespaces", lister(http, CORE, "namespaces"), trim=trim_namespace, **common
+        )
         # Kueue's Workloads are watched from the first reconcile of a Kueue job, not from
         # here: the start never waits on (or fails with) a probe of an API that may be
         # missing or, in an outage, unreachable.
@@ -252,7 +259,8 @@ class Caches:
 
     @property
     def informers(self) -> list[Informer]:
-        one = (self.unfinished_pods, self.nodes, self.quotas, self.priority_classes)
+        one = (self.unfinished_pods, self.nodes, self.quotas, self.priority_classes,
+               self.namespaces)  # fmt: skip
         return [*self.jobs, *self.job_pods, *self.job_config_maps, *self.workloads,
                 *(i for i in one if i is not None)]  # fmt: skip
 
@@ -386,6 +394,16 @@ class Caches:
         if informer is None or not informer.synced.is_set():
             return KueueApi(self.api.api_client).list_job_workloads(namespace, job_name)
         return informer.indexed(namespace, job_name)
+
+    def namespace_terminating(self, namespace: str) -> bool:
+        """`namespace` is being deleted, as the cache has it (False before its first list:
+        the reconcile then goes on as before, and a create refused there says so)."""
+        informer = self.namespaces
+        found = informer.get("", namespace) if informer and informer.synced.is_set() else None
+        if found is None:
+            return False
+        deleting = (found.get("metadata") or {}).get("deletionTimestamp")
+        return bool(deleting) or (found.get("status") or {}).get("phase") == "Terminating"
 
     # -- the admission's reads ----------------------------------------------------------
 

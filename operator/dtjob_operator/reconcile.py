@@ -269,6 +269,11 @@ class Reconciler:
         if job is None or job["metadata"].get("deletionTimestamp"):
             self._forget(key, job)
             return None
+        if self.caches.namespace_terminating(namespace):
+            # The namespace controller deletes its pods, then the job: a pass now would
+            # mourn the pods with a gang restart and create them again, which the API
+            # server refuses there (403 NamespaceTerminating). The job's deletion wakes it.
+            return None
         uid = job["metadata"]["uid"]
         self._seen[key] = {"metadata": {"name": name, "namespace": namespace, "uid": uid}}
         path = too_deep_path(job, self.settings.max_object_depth)
@@ -318,6 +323,8 @@ class Reconciler:
             self.caches.wrote_pods(uid)
         written = self._record_admission_first(job, old_status, plan, backend)
         refused = self.children.create(plan, job)
+        if refused is not None and refused.namespace_terminating:
+            return None  # the cache had not seen the namespace go yet: as above
         retry_after: float | None = None
         if refused is not None:
             # The planner decides what a refusal means for the job (Failed/InvalidSpec, or

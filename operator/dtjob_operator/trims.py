@@ -93,6 +93,16 @@ def trim_to_metadata(obj: Obj) -> Obj:
     return {"metadata": {k: meta[k] for k in kept if k in meta}}
 
 
+def trim_namespace(namespace: Obj) -> Obj:
+    """A namespace as the reconcile reads it: is it being deleted."""
+    meta = namespace.get("metadata") or {}
+    kept = ("name", "uid", "resourceVersion", "deletionTimestamp")
+    return {
+        "metadata": {k: meta[k] for k in kept if k in meta},
+        "status": {"phase": (namespace.get("status") or {}).get("phase")},
+    }
+
+
 def is_history_config_map(obj: Obj) -> bool:
     """A job's loss-history ConfigMap (named after the job its label names)."""
     meta = obj.get("metadata") or {}

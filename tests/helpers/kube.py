@@ -152,14 +152,16 @@ def create_namespace(core: client.CoreV1Api, prefix: str = "t", timeout: float =
 def delete_namespace_now(core: client.CoreV1Api, name: str) -> None:
     """Delete the namespace and its pods at once (grace 0): a pod held Terminating (KWOK's
     slow delete, a checkpointing trainer) would keep its GPUs for minutes otherwise. Gone
-    or going already (404, 409) is fine."""
-    with contextlib.suppress(ApiException):
-        core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
+    or going already (404, 409) is fine. The namespace first, as the namespace controller
+    does: its jobs' pods then go in a namespace the operator sees terminating, and their
+    gangs are not restarted (pods first, each test's end was a burst of restarts)."""
     try:
         core.delete_namespace(name)
     except ApiException as e:
         if e.status not in (404, 409):
             raise
+    with contextlib.suppress(ApiException):
+        core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
 
 
 def _exists(read: Callable[[], Any]) -> bool:

@@ -16,6 +16,9 @@ What the API server answers (kube-apiserver 1.33, checked against the integratio
 - 403 Forbidden from ResourceQuota admission: "exceeded quota" (waits for room) or "status
   unknown for quota" (the quota controller has not computed it yet).
 - 403 Forbidden from RBAC: the operator's own permissions; an admin fixes them, so a wait.
+- 403 Forbidden with the cause NamespaceTerminating: "unable to create new content in
+  namespace x because it is being terminated". Neither: the job goes with its namespace,
+  and the reconcile leaves it alone (as the Job controller ignores that refusal).
 - 429 TooManyRequests, 500 (a webhook that timed out or failed), 503, 504: transient.
 """
 
@@ -27,6 +30,7 @@ from dataclasses import dataclass
 # 403 messages that the same request will always meet again.
 PERMANENT_FORBIDDEN = ("violates PodSecurity", "no PriorityClass with name")
 PERMANENT_STATUS = frozenset({400, 422})
+NAMESPACE_TERMINATING = "NamespaceTerminating"  # a metav1.Status cause
 CONFLICT = 409  # an object with the child's name exists: see policies/ownership.py
 MESSAGE_LIMIT = 600  # characters of the API server's message kept in a condition
 
@@ -43,11 +47,18 @@ class CreateError:
     """The Status reason: Invalid, Forbidden, TooManyRequests, InternalError, ..."""
     message: str
     """The API server's message (it names the field for an invalid object)."""
+    causes: tuple[str, ...] = ()
+    """The Status' details.causes[].type."""
 
     @property
     def permanent(self) -> bool:
         """The same request will be refused again: retrying cannot help."""
         return is_permanent(self.code, self.message)
+
+    @property
+    def namespace_terminating(self) -> bool:
+        """Refused because the job's namespace is being deleted."""
+        return self.code == 403 and NAMESPACE_TERMINATING in self.causes
 
     def describe(self) -> str:
         """e.g. "the API server refused to create Pod j-worker-0 (422 Invalid): ..."."""
@@ -82,6 +93,7 @@ def create_error_of(
     metav1.Status when the API server answered (its message and reason are preferred)."""
     message = ""
     status_reason = reason or ""
+    causes: tuple[str, ...] = ()
     if isinstance(body, bytes):
         body = body.decode("utf-8", "replace")
     if isinstance(body, str) and body:
@@ -93,8 +105,21 @@ def create_error_of(
             if isinstance(parsed, dict):
                 message = str(parsed.get("message") or "")
                 status_reason = str(parsed.get("reason") or status_reason)
+                causes = _cause_types(parsed.get("details"))
             else:
                 message = body.strip()
     return CreateError(
-        kind=kind, name=name, code=int(code or 0), reason=status_reason, message=message
+        kind=kind,
+        name=name,
+        code=int(code or 0),
+        reason=status_reason,
+        message=message,
+        causes=causes,
     )
+
+
+def _cause_types(details: object) -> tuple[str, ...]:
+    causes = details.get("causes") if isinstance(details, dict) else None
+    if not isinstance(causes, list):
+        return ()
+    return tuple(str(c["type"]) for c in causes if isinstance(c, dict) and c.get("type"))

@@ -20,7 +20,13 @@ from helpers.jobs import (
     wait_phase,
     wait_pods_running,
 )
-from helpers.kube import events_for, unique, wait_for
+from helpers.kube import (
+    create_namespace,
+    delete_namespace_now,
+    events_for,
+    unique,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator")]
 
@@ -206,6 +212,28 @@ def test_deleting_the_job_removes_every_child(cluster, namespace) -> None:
         )
 
     wait_for(all_gone, timeout=60, what="every child garbage-collected")
+
+
+def test_a_job_whose_namespace_is_deleted_goes_with_it_without_a_restart(cluster) -> None:
+    # The namespace controller deletes the pods before the job: the operator must not take
+    # that for a lost gang (a restart, and creates the API server refuses there).
+    namespace = create_namespace(cluster.core)
+    name = unique("nsgone")
+    create_job(cluster.api, namespace, ddp_job(name))
+    wait_phase(cluster.api, namespace, name, "Running")
+    delete_namespace_now(cluster.core, namespace)
+    seen: list[tuple[str | None, int]] = []
+
+    def job_gone() -> bool:
+        job = get_job(cluster.api, namespace, name)
+        if job is not None:
+            st = job.get("status") or {}
+            seen.append((st.get("phase"), int(st.get("restarts") or 0)))
+        return job is None
+
+    wait_for(job_gone, timeout=120, interval=0.1, what="the job gone with its namespace")
+    assert seen and {phase for phase, _ in seen} == {"Running"}, seen
+    assert {restarts for _, restarts in seen} == {0}, seen
 
 
 def test_operator_killed_mid_reconcile_leaves_exactly_the_expected_pods(

@@ -479,3 +479,19 @@ def test_a_deleted_job_pod_leaves_its_last_state_behind() -> None:
     watch(informer, "DELETED", gone)
     assert [p["spec"]["nodeName"] for p in caches.gone_pods.of("ns", "j")] == ["dead"]
     assert caches.gone_pods.of("ns", "other") == []
+
+
+def test_a_namespace_is_terminating_once_the_cache_sees_it_deleted() -> None:
+    caches = built([])
+    assert caches.namespaces is not None
+    assert not caches.namespace_terminating("t-1")  # not (yet) in the cache: go on
+    meta = {"name": "t-1", "uid": "u", "resourceVersion": "1", "labels": {"x": "y"}}
+    watch(caches.namespaces, "ADDED", {"metadata": meta, "status": {"phase": "Active"}})
+    assert not caches.namespace_terminating("t-1")
+    assert caches.namespaces.get("", "t-1") == {
+        "metadata": {"name": "t-1", "uid": "u", "resourceVersion": "1"},
+        "status": {"phase": "Active"},
+    }
+    deleted = {**meta, "resourceVersion": "2", "deletionTimestamp": "2026-11-29T18:00:00Z"}
+    watch(caches.namespaces, "MODIFIED", {"metadata": deleted, "status": {"phase": "Terminating"}})
+    assert caches.namespace_terminating("t-1")

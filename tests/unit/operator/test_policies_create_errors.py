@@ -65,3 +65,22 @@ def test_non_json_body_is_kept_as_the_message() -> None:
 def test_long_message_is_cut() -> None:
     error = CreateError("Pod", "p", 422, "Invalid", "x" * 5000)
     assert len(error.describe()) < 800
+
+
+def test_a_create_refused_because_the_namespace_goes_is_told_apart_by_its_cause() -> None:
+    # kube-apiserver's NamespaceLifecycle admission, as it answers (1.33).
+    body = json.dumps({
+        "kind": "Status", "status": "Failure", "reason": "Forbidden", "code": 403,
+        "message": 'pods "j-worker-0" is forbidden: unable to create new content in namespace '
+                   "t-1 because it is being terminated",
+        "details": {"name": "j-worker-0", "kind": "pods", "causes": [
+            {"reason": "NamespaceTerminating", "message": "namespace t-1 is being terminated",
+             "field": "metadata.namespace"},
+            {"type": "NamespaceTerminating", "message": "namespace t-1 is being terminated",
+             "field": "metadata.namespace"},
+        ]},
+    })  # fmt: skip
+    error = create_error_of("Pod", "j-worker-0", 403, "Forbidden", body)
+    assert error.namespace_terminating and not error.permanent
+    assert not create_error_of("Pod", "j-worker-0", 403, "Forbidden", json.dumps(
+        {"reason": "Forbidden", "message": QUOTA})).namespace_terminating  # fmt: skip
