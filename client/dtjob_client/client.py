@@ -26,6 +26,7 @@ from kubernetes.client.exceptions import ApiException
 from dtjob_api import GROUP, PLURAL, VERSION
 from dtjob_api.spec import DistributedTrainingJobSpec
 from dtjob_api.status import TERMINAL_PHASES
+from dtjob_client.core_reads import config_map, items
 from dtjob_client.errors import JobEndedInOtherPhase, JobNotFound, WaitTimeout
 from dtjob_client.history import History, history_config_map, parse_history
 from dtjob_client.jobs import Job, load_manifest
@@ -58,7 +59,6 @@ class Client:
         self.api, default_ns = connect(kubeconfig, context)
         self.namespace = namespace or default_ns
         self._jobs = client.CustomObjectsApi(self.api)
-        self._core = client.CoreV1Api(self.api)
 
     # --- jobs -----------------------------------------------------------------------------
 
@@ -190,7 +190,8 @@ class Client:
         ns = namespace or self.namespace
         self._raw(name, ns)  # JobNotFound before anything else
         pods = [p for p in self._pods(name, ns) if role is None or _role(p) == role]
-        return read_logs(self._core, ns, current_gang(pods), follow)
+        # CoreV1Api for its streaming reads, imported by this command alone (core_reads.py).
+        return read_logs(client.CoreV1Api(self.api), ns, current_gang(pods), follow)
 
     def progress_history(self, name: str, namespace: str | None = None) -> History:
         """The loss history rank 0 recorded (ConfigMap `<job>-history`): typed points and the
@@ -198,13 +199,13 @@ class Client:
         ns = namespace or self.namespace
         cm_name = history_config_map(name)
         try:
-            cm = self._core.read_namespaced_config_map(cm_name, ns)
+            cm = config_map(self.api, ns, cm_name)
         except ApiException as exc:
             if exc.status == 404:
                 self._raw(name, ns)  # no history is fine; no job is not
                 return History()
             raise refused(exc) from None
-        return parse_history(cm.data, where=f"ConfigMap {ns}/{cm_name}")
+        return parse_history(cm.get("data"), where=f"ConfigMap {ns}/{cm_name}")
 
     def why(self, name: str, namespace: str | None = None) -> Why:
         """Why the job is where it is: phase, conditions, queue position and admission's
@@ -213,19 +214,12 @@ class Client:
         ns = namespace or self.namespace
         job = Job.from_api(self._raw(name, ns))
         try:
-            events = self._core.list_namespaced_event(ns).items
-            quotas = self._core.list_namespaced_resource_quota(ns).items
+            events = items(self.api, "events", ns)
+            quotas = items(self.api, "resourcequotas", ns)
         except ApiException as exc:
             raise refused(exc) from None
         pods = self._pods(name, ns)
-        why = explain(
-            job,
-            pods,
-            _json(self, events),
-            _json(self, quotas),
-            datetime.now(UTC),
-            self._reported(name, ns),
-        )
+        why = explain(job, pods, events, quotas, datetime.now(UTC), self._reported(name, ns))
         if (job.raw.get("spec") or {}).get("managedBy"):
             why = replace(why, where=where_note(job.raw, self._workloads(name, ns)))
         return why
@@ -261,15 +255,11 @@ class Client:
         """Waiting jobs in admission order (per namespace) with their namespaces' quotas."""
         jobs = self.list(all_namespaces, namespace)
         try:
-            if all_namespaces:
-                quotas = self._core.list_resource_quota_for_all_namespaces().items
-            else:
-                quotas = self._core.list_namespaced_resource_quota(
-                    namespace or self.namespace
-                ).items
+            where = None if all_namespaces else (namespace or self.namespace)
+            quotas = items(self.api, "resourcequotas", where)
         except ApiException as exc:
             raise refused(exc) from None
-        return queue_view(jobs, _json(self, quotas))
+        return queue_view(jobs, quotas)
 
     # --- helpers --------------------------------------------------------------------------
 
@@ -287,21 +277,20 @@ class Client:
         the ranks' heartbeat summary the status leaves out; None when it cannot be read (no
         report yet, or no right to read ConfigMaps): `why` says less, and nothing fails."""
         try:
-            cm = self._core.read_namespaced_config_map(f"{name}-progress", ns)
+            cm = config_map(self.api, ns, f"{name}-progress")
         except ApiException:
             return None
         try:
-            value = json.loads((cm.data or {}).get("progress.json") or "null")
+            value = json.loads((cm.get("data") or {}).get("progress.json") or "null")
         except ValueError:
             return None
         return value if isinstance(value, dict) else None
 
     def _pods(self, name: str, ns: str) -> builtins.list[dict[str, Any]]:
         try:
-            pods = self._core.list_namespaced_pod(ns, label_selector=f"{JOB_LABEL}={name}").items
+            return items(self.api, "pods", ns, label_selector=f"{JOB_LABEL}={name}")
         except ApiException as exc:
             raise refused(exc) from None
-        return _json(self, pods)
 
     def _set_suspend(self, name: str, ns: str, suspend: bool) -> Job:
         try:
@@ -311,11 +300,6 @@ class Client:
         except ApiException as exc:
             raise JobNotFound(name, ns) if exc.status == 404 else refused(exc) from None
         return Job.from_api(obj)
-
-
-def _json(c: Client, objects: Iterable[Any]) -> list[dict[str, Any]]:
-    """Client models as the API's JSON (camelCase), what the pure modules read."""
-    return [c.api.sanitize_for_serialization(o) for o in objects]  # type: ignore[no-untyped-call]
 
 
 def _role(pod: Mapping[str, Any]) -> str | None:
