@@ -79,9 +79,17 @@ dockerd_up() {
 }
 
 dockerd_down() {  # only the engine this script started (recorded pid)
-  local pid
-  pid=$(cat "$work/dockerd.pid" 2>/dev/null) || return 0
-  [ -r "/proc/$pid/cmdline" ] && grep -q "$work" "/proc/$pid/cmdline" && kill "$pid" || true
+  local pid i mount
+  pid=$(cat "$work/dockerd.pid" 2>/dev/null) || pid=""
+  if [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] && grep -q "$work" "/proc/$pid/cmdline"; then
+    kill "$pid" || true
+    for i in $(seq 1 40); do [ -d "/proc/$pid" ] || break; sleep 0.25; done
+    [ ! -d "/proc/$pid" ] || return 0 # still stopping: its mounts are its own
+  fi
+  # The engine leaves its bind mount of the host's network namespace behind (the exec
+  # root's netns/default, nsfs): unmounted, or `rm -rf` of a cache directory fails on it.
+  awk -v dir="$work/docker-exec/" 'index($2, dir) == 1 { print $2 }' /proc/self/mounts |
+    sort -r | while read -r mount; do umount "$mount" 2>/dev/null || umount -l "$mount" || true; done
 }
 
 base_image() {
