@@ -68,14 +68,11 @@ from dtjob_operator.builders import Job
 from dtjob_operator.builders.job import elastic_size
 from dtjob_operator.constants import (
     CONDITION_ADMITTED,
-    CONDITION_FAILED,
     CONDITION_RESTARTING,
     CONDITION_RUNNING,
-    CONDITION_SUCCEEDED,
     CONDITION_SUSPENDED,
     EVENT_CREATED,
     EVENT_NORMAL,
-    EVENT_TTL_EXPIRED,
     EVENT_WARNING,
     REASON_ADMITTED,
     REASON_BACKOFF_LIMIT_EXCEEDED,
@@ -95,32 +92,28 @@ from dtjob_operator.constants import (
     STATUS_TRUE,
 )
 from dtjob_operator.plan_elastic import ElasticSteps
+from dtjob_operator.plan_ends import EndSteps
 from dtjob_operator.plan_nodes import NodeSteps
 from dtjob_operator.plan_stall import StallSteps
 from dtjob_operator.plan_types import Event, Observed, Plan
 from dtjob_operator.policies.backoff import restart_delay, restart_not_before
-from dtjob_operator.policies.clean_pod_policy import pods_to_clean
-from dtjob_operator.policies.create_errors import CreateError
 from dtjob_operator.policies.deadline import deadline_exceeded
 from dtjob_operator.policies.failure_policy import gang_failures, is_invalid_config
-from dtjob_operator.policies.finished import finished_actions, lenient_run_policy, unfinished
 from dtjob_operator.policies.node_blame import Suspect
 from dtjob_operator.policies.peer_lost import peer_lost_wait
 from dtjob_operator.policies.pod_failure_policy import GangVerdict, judge_gang
 from dtjob_operator.policies.pods import (
     gang_of,
-    is_finished,
     is_ready,
     live_names,
     name_of,
     stale_pods,
 )
 from dtjob_operator.policies.stall import STALL_GRACE_SECONDS, Stall
-from dtjob_operator.policies.success_policy import SuccessVerdict, judge_success
+from dtjob_operator.policies.success_policy import judge_success
 from dtjob_operator.policies.times import format_time, seconds_until
 from dtjob_operator.policies.waiting import why_not_running
 from dtjob_operator.settings import OperatorSettings
-from dtjob_operator.status import progress_of
 from dtjob_operator.validated import spec_errors
 
 __all__ = ["Event", "Observed", "Plan", "plan"]
@@ -146,7 +139,7 @@ def plan(observed: Observed, settings: OperatorSettings) -> Plan:
     return _Planner(observed, settings).run()
 
 
-class _Planner(ElasticSteps, StallSteps, NodeSteps):
+class _Planner(ElasticSteps, StallSteps, NodeSteps, EndSteps):
     """One planning pass: the decisions, top to bottom, over PlanState's toolkit."""
 
     # -- the decision, top to bottom -----------------------------------------------------
@@ -265,17 +258,6 @@ class _Planner(ElasticSteps, StallSteps, NodeSteps):
         self.requeue.append(self.settings.resync_seconds)
         return self._render()
 
-    def _refused(self, error: CreateError) -> Plan:
-        """The API server refused a child for good: the spec cannot run. Every pod of the
-        gang goes, including those this pass created (they are not in `observed` yet)."""
-        if self._had_condition(CONDITION_ADMITTED):
-            # The admission had let it start (the executor stored that first): say it ended.
-            self._condition(CONDITION_ADMITTED, False, REASON_INVALID_SPEC, "the job failed")
-        plan = self._fail(REASON_INVALID_SPEC, error.describe())
-        members = self.gang_members()
-        plan.delete_pods = sorted(set(plan.delete_pods) | set(members))
-        return plan
-
     def _release_unready(self, ready: int, total: int) -> Plan:
         """Pods-ready timeout: give the GPUs back and queue again (with backoff), at most
         runPolicy.admissionRetryLimit times; then the job fails with the pods' reason."""
@@ -377,32 +359,6 @@ class _Planner(ElasticSteps, StallSteps, NodeSteps):
         self.delete.update(live_names(self.o.pods))
         self.gang = []
         self.requeue.append(delay if delay > 0 else self.settings.resync_seconds)
-        return self._render()
-
-    def _fail(self, reason: str, message: str) -> Plan:
-        self.phase = JobPhase.FAILED
-        self.completion_time = self.now
-        self._condition(CONDITION_FAILED, True, reason, message)
-        self._stop_conditions(reason, message)
-        self._event(EVENT_WARNING, reason, message)
-        policy = self._run_policy()
-        self.delete.update(pods_to_clean(self.o.pods, policy.cleanPodPolicy))
-        if reason in (REASON_DEADLINE_EXCEEDED, REASON_INVALID_SPEC):
-            # Past the deadline, or with a spec that cannot work, nothing may keep running.
-            self.delete.update(live_names(p for p in self.o.pods if not is_finished(p)))
-        self._requeue_for_ttl(policy)
-        return self._render()
-
-    def _succeed(self, verdict: SuccessVerdict) -> Plan:
-        self.phase = JobPhase.SUCCEEDED
-        self.completion_time = self.now
-        self._condition(CONDITION_SUCCEEDED, True, verdict.reason, verdict.message)
-        self._stop_conditions(verdict.reason, verdict.message)
-        self._event(EVENT_NORMAL, verdict.reason, verdict.message)
-        policy = self._run_policy()
-        self.delete.update(pods_to_clean(self.o.pods, policy.cleanPodPolicy))
-        self.delete.update(unfinished(self.o.pods))  # parameter servers never exit alone
-        self._requeue_for_ttl(policy)
         return self._render()
 
     def _keep_running(self) -> Plan:
@@ -509,19 +465,3 @@ class _Planner(ElasticSteps, StallSteps, NodeSteps):
             )
         self._requeue_while_active()
         return self._render()
-
-    def _finished(self) -> Plan:
-        """Terminal: the status is final but for the trainer's last progress report."""
-        policy = lenient_run_policy(self.o.job.get("spec"))
-        succeeded = self.prior_phase == JobPhase.SUCCEEDED
-        actions = finished_actions(self.o.pods, succeeded, policy, self.completion_time, self.now)
-        status = dict(self.prior)
-        if progress := progress_of(self.o.progress):
-            status["progress"] = progress
-        result = Plan(status, delete_pods=actions.delete_pods, requeue_after=actions.requeue_after)
-        if actions.delete_job:
-            result.delete_job = True
-            ttl = policy.ttlSecondsAfterFinished
-            message = f"deleting the job: ttlSecondsAfterFinished ({ttl}s) passed"
-            result.events.append(Event(EVENT_NORMAL, EVENT_TTL_EXPIRED, message))
-        return result
