@@ -122,9 +122,9 @@ def test_thirty_gangs_share_a_quota_whole_and_in_order(cluster, namespace, prior
     set_quota(core, namespace, 0)
     names = [f"j{i:02d}" for i in range(30)]
     high = {"j25", "j26", "j27"}  # submitted last, admitted before the older normal jobs
-    # Each gang runs 6 s: a gang admitted a pass too late shows as that much, more than the
+    # Each gang runs 10 s: a gang admitted a pass too late shows as that much, more than the
     # slack below.
-    with Kubelet(core, namespace, run_for="6s") as kubelet:
+    with Kubelet(core, namespace, run_for="10s") as kubelet:
         for name in names:
             spec = {"priorityClassName": priority_classes["high"]} if name in high else {}
             create_job(cluster.api, namespace, gang_job(name, 2, 2, **spec))
@@ -144,12 +144,13 @@ def test_thirty_gangs_share_a_quota_whole_and_in_order(cluster, namespace, prior
     # Admission order: high priority first, then creation order. Pods are sampled every
     # 0.2 s and jobs of one pass are admitted together, their gangs then created by several
     # reconcile workers: the slack covers both (the gangs of one pass came 2.7 s apart on
-    # the loaded 2-core CI machine of 2026-11-28), and stays under a gang's 6 s run.
+    # the loaded 2-core CI machine of 2026-11-28, 4.9 s on 2026-11-29 at load average 11),
+    # and stays under a gang's 10 s run, the least a pass too late costs.
     seen = sorted(names, key=lambda n: kubelet.first_seen[n])
     expected = sorted(names, key=lambda n: (n not in high, n))
     ranks = kubelet.first_seen
     for a, b in itertools.pairwise(expected):
-        assert ranks[a] <= ranks[b] + 4.0, f"{a} admitted after {b}: {seen}"
+        assert ranks[a] <= ranks[b] + 7.0, f"{a} admitted after {b}: {seen}"
     events = core.list_namespaced_event(namespace).items
     assert not [e for e in events if "exceeded quota" in (e.message or "")]
 
