@@ -18,11 +18,14 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = {"dtjob_api": REPO / "api", "dtjob_trainer": REPO / "trainer_image"}
-# bench/gpu_claims.py's sections and what they share are modules of their own beside it.
+# bench/gpu.py's measurements, and bench/gpu_claims.py's sections and what they share, are
+# modules of their own beside them.
 SCRIPTS = [
     REPO / "bench" / name
     for name in (
         "gpu.py",
+        "gpu_mfu.py",
+        "gpu_memory.py",
         "gpu_claims.py",
         "claims_common.py",
         "claims_launch.py",
