@@ -26,7 +26,7 @@ def _apply(e2e: E2E, ns: str, name: str, args: list[str], claim: str | None = No
     job["spec"]["trainer"]["image"] = f"{got['REGISTRY']}/dtjob-custom-example:{got['CUSTOM_TAG']}"
     job["spec"]["trainer"]["args"] = args
     # A short progress deadline makes the heartbeats come every 3 s (a sixth of it; 10 s
-    # by default): the ranks' summary shows within the run, whose gangs train ~10 s each.
+    # by default): the ranks' summary shows within the run, whose gangs train for several of them.
     job["spec"]["runPolicy"]["progressDeadlineSeconds"] = 18
     if claim:
         job["spec"]["checkpoint"]["claimName"] = claim
@@ -45,9 +45,11 @@ def test_torchrun_child_retryable_code_restarts_and_resumes_from_pvc(
 ) -> None:
     ns, name = e2e_namespace, "custom-retry"
     claim = e2e.hostpath_claim(ns, Path("/tmp") / f"dtjob-{ns}-ckpt")
-    # Checkpoint every 50 steps; rank 1 exits 75 at step 300, once (a resumed run goes on).
-    # Each gang trains ~8 s: a few 3-second heartbeats.
-    _apply(e2e, ns, name, ["--steps", "600", "--fail-at-step", "300"], claim=claim)
+    # Checkpoint every 50 steps; rank 1 exits 75 at step 600, once (a resumed run goes on).
+    # Each gang trains 600 steps, for a few 3-second heartbeats of every rank: with 300 a
+    # gang, on the faster machine of 2026-11-29 evening, rank 0 had heard none of the other
+    # ranks' beats once (1 of 4 reporting) when the run ended.
+    _apply(e2e, ns, name, ["--steps", "1200", "--fail-at-step", "600"], claim=claim)
     rows: list[tuple[int, str]] = []  # (status step, printed row)
     restart_messages: list[str] = []
     ranks: list[dict[str, Any]] = []  # the heartbeats' summaries seen
@@ -70,11 +72,11 @@ def test_torchrun_child_retryable_code_restarts_and_resumes_from_pvc(
     st = done["status"]
     assert st["phase"] == "Succeeded", st
     assert st["restarts"] == 1, st
-    assert st["progress"]["step"] == 600, st
-    # The new gang came back at the step-300 checkpoint, not at 0 (its rank 0 says so; the
+    assert st["progress"]["step"] == 1200, st
+    # The new gang came back at the step-600 checkpoint, not at 0 (its rank 0 says so; the
     # status may show the old gang's last report until the new one's first).
     log = e2e.kubectl("logs", "-n", ns, f"{name}-worker-0", check=False)
-    assert "resuming at step 300" in log, log[-2000:]
+    assert "resuming at step 600" in log, log[-2000:]
     # Classified by the child's code, not torchrun's own exit 1.
     assert any("code 75" in m and "torchrun" in m for m in restart_messages), restart_messages
     # The image's heartbeat() calls reached the operator through the helper copied in as
