@@ -15,8 +15,9 @@
   and PriorityClasses.
 - Namespaces, for one bit: is it being deleted (reconcile.py leaves such a namespace's jobs
   alone: its pods go first, and a gang restarted there would be refused).
-- The last state of the jobs' pods the watch saw deleted, for ten minutes (gone_pods.py):
-  a member force-deleted off a dead node is judged by the node it ran on.
+- The last state of the jobs' pods the watch saw deleted, for ten minutes or until their
+  job is deleted (gone_pods.py): a member force-deleted off a dead node is judged by the
+  node it ran on.
 
 Read-your-writes. A cache lags the API server by the watch's latency, and a pod the
 reconcile has just created or deleted may not be in it yet; a planner that saw a created
@@ -347,12 +348,23 @@ class Caches:
 
     def note_gone(self, kind: str, obj: Obj) -> None:
         """A job pod's watch event: the last state of a deleted one is kept (gone_pods.py)."""
-        job = ((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_JOB_NAME)
-        if kind == "DELETED" and job:
+        meta = obj.get("metadata") or {}
+        job = (meta.get("labels") or {}).get(LABEL_JOB_NAME)
+        if kind == "DELETED" and job and not self._job_deleted(str(meta.get("namespace")), job):
             self.gone_pods.record(str(job), obj)
+
+    def _job_deleted(self, namespace: str, name: str) -> bool:
+        """The jobs' cache has seen the job deleted or being deleted (its pods go with it,
+        and nothing will judge them); without that cache, not known."""
+        informer = self._scope(self.jobs, namespace)
+        if informer is None or not informer.synced.is_set():
+            return False
+        cached = informer.get(namespace, name)
+        return cached is None or bool(cached["metadata"].get("deletionTimestamp"))
 
     def forget(self, uid: str | None, key: JobKey) -> None:
         """The job is gone or finished with: nothing of it to keep track of."""
+        self.gone_pods.forget(*key)  # the reconcile forgets only a deleted job
         with self._lock:
             self._unsettled.pop(uid or "", None)
             self._written_jobs.pop(key, None)

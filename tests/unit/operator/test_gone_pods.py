@@ -1,4 +1,5 @@
-"""The memory of deleted pods (gone_pods.py): by job, the newest state, for a while, bounded;
+"""The memory of deleted pods (gone_pods.py): by job, the newest state, for a while or
+until the job is deleted, bounded;
 and which of them are a gang's vanished members (policies/nodes.vanished_members)."""
 
 from __future__ import annotations
@@ -49,6 +50,21 @@ def test_bounded_the_oldest_forgotten_first() -> None:
     ]
     gone.record("a", {"metadata": {"name": "nameless-namespace"}})  # not a pod: ignored
     assert len(gone) == 3
+
+
+def test_a_deleted_job_is_forgotten_at_once_and_the_others_kept() -> None:
+    clock = FakeClock()
+    gone = GonePods(keep_seconds=60, clock=clock)
+    for i in range(3):
+        gone.record("a", pod(f"a-worker-{i}"))
+    gone.record("b", pod("b-worker-0"))
+    gone.record("a", pod("a-worker-0", ns="other"))
+    gone.forget("team", "a")
+    assert gone.of("team", "a") == [] and len(gone) == 2  # nothing of it left to expire
+    assert [p["metadata"]["name"] for p in gone.of("team", "b")] == ["b-worker-0"]
+    assert [p["metadata"]["namespace"] for p in gone.of("other", "a")] == ["other"]
+    gone.forget("team", "never-seen")
+    assert len(gone) == 2
 
 
 def test_vanished_members_are_this_generations_pods_no_present_pod_replaces() -> None:
