@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -30,28 +31,43 @@ def lines(resp: Any) -> Iterator[bytes]:
         yield pending
 
 
+Listing = Callable[..., Any]
+"""list_namespaced_<kind>(namespace, label_selector=..., **query): a list, or with
+watch=True a stream of events (unread: _preload_content=False)."""
+
+
+def pod_phase(pod: dict[str, Any]) -> str:
+    return (pod.get("status") or {}).get("phase") or "Pending"
+
+
 class PodWatch:
     """Phase of every live pod (not deleted, not terminating) of `ns` that matches
     `selector`, kept current by a background watch; `wait` returns when a predicate over
-    them holds. Started as a context manager; the watch ends with it."""
+    them holds. Started as a context manager; the watch ends with it.
 
-    def __init__(self, core: client.CoreV1Api, ns: str, selector: str = "") -> None:
+    `listing` and `state` watch another kind the same way (the burst's jobs, for when each
+    has started): `phases` then holds state(obj) of each."""
+
+    def __init__(
+        self, core: client.CoreV1Api, ns: str, selector: str = "", *,
+        listing: Listing | None = None, state: Callable[[dict[str, Any]], str] = pod_phase,
+    ) -> None:  # fmt: skip
         self.core, self.ns, self.selector = core, ns, selector
+        self.listing: Listing = listing or core.list_namespaced_pod
+        self.state = state
         self.phases: dict[str, str] = {}
         self.changed = threading.Condition()
         self.error: BaseException | None = None
         self.resp: Any = None
         self.stopping = False
-        self.thread = threading.Thread(target=self.run, name=f"pod-watch-{ns}", daemon=True)
+        self.thread = threading.Thread(target=self.run, name=f"watch-{ns}", daemon=True)
         # Called with the watch after every change, under its lock: marks taken there are
         # the event's own moment, not the next poll's.
         self.on_change: Callable[[PodWatch], None] = lambda _: None
 
     def __enter__(self) -> PodWatch:
         listed = json.loads(
-            self.core.list_namespaced_pod(
-                self.ns, label_selector=self.selector, _preload_content=False
-            ).data
+            self.listing(self.ns, label_selector=self.selector, _preload_content=False).data
         )
         with self.changed:
             for pod in listed["items"]:
@@ -71,12 +87,12 @@ class PodWatch:
         if kind == "DELETED" or pod["metadata"].get("deletionTimestamp"):
             self.phases.pop(name, None)
         else:
-            self.phases[name] = (pod.get("status") or {}).get("phase") or "Pending"
+            self.phases[name] = self.state(pod)
 
     def run(self) -> None:
         try:
             while not self.stopping:
-                self.resp = self.core.list_namespaced_pod(
+                self.resp = self.listing(
                     self.ns, label_selector=self.selector, watch=True,
                     resource_version=self.version, allow_watch_bookmarks=True,
                     timeout_seconds=1800, _preload_content=False,
@@ -85,7 +101,7 @@ class PodWatch:
                     event = json.loads(line)
                     obj = event["object"]
                     if event["type"] == "ERROR":
-                        raise RuntimeError(f"pod watch of {self.ns} failed: {obj}")
+                        raise RuntimeError(f"watch of {self.ns} failed: {obj}")
                     self.version = obj["metadata"]["resourceVersion"]
                     if event["type"] != "BOOKMARK":
                         with self.changed:
@@ -113,8 +129,8 @@ class PodWatch:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise TimeoutError(
-                        f"{what} not seen after {timeout:.0f} s: {len(self.phases)} pods, "
-                        f"{self.count('Running')} Running"
+                        f"{what} not seen after {timeout:.0f} s: {len(self.phases)} objects, "
+                        f"{dict(Counter(self.phases.values()))}"
                     )
                 self.changed.wait(timeout=min(left, 1.0))
             return time.monotonic()
