@@ -240,13 +240,15 @@ class Heartbeat:
         rank: int,
         recent: int = RECENT_STEPS,
         on_activity: Callable[[str], None] | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.rank = rank
+        self._monotonic = monotonic  # a test's own clock: step times without real sleeps
         self.on_activity = on_activity  # rank 0: into the progress report
         self.step: int | None = None
         self.activity = TRAINING
         self.last_time = time.time()  # unix: last step, or end of another activity
-        self.last_mono = time.monotonic()  # the same instant, for idle spans
+        self.last_mono = monotonic()  # the same instant, for idle spans
         self.wall: deque[float] = deque(maxlen=recent)
         self.busy: deque[float] = deque(maxlen=recent)
         self._mark: tuple[float, float] | None = None
@@ -254,7 +256,7 @@ class Heartbeat:
 
     def beat(self, step: int) -> None:
         """Record that `step` steps are complete."""
-        mono, cpu = time.monotonic(), time.process_time()
+        mono, cpu = self._monotonic(), time.process_time()
         if self._mark is not None:
             self.wall.append(mono - self._mark[0])
             self.busy.append(cpu - self._mark[1])
@@ -266,7 +268,7 @@ class Heartbeat:
         the pause is left out of the next step's duration."""
         self.activity = activity
         self._mark = None
-        self.last_time, self.last_mono = time.time(), time.monotonic()
+        self.last_time, self.last_mono = time.time(), self._monotonic()
         if self.on_activity is not None:
             self.on_activity(activity)
 
@@ -281,7 +283,7 @@ class Heartbeat:
 
     def idle_seconds(self) -> float:
         """Seconds without a step while training (0 while checkpointing or evaluating)."""
-        return 0.0 if self.activity != TRAINING else time.monotonic() - self.last_mono
+        return 0.0 if self.activity != TRAINING else self._monotonic() - self.last_mono
 
     def snapshot(self, waiting: str | None, collectives: int | None) -> Beat | None:
         """The beat to publish; None before the first step (ranks that run no steps, such
