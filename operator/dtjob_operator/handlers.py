@@ -69,8 +69,8 @@ def configure_kopf(kopf_settings: kopf.OperatorSettings, settings: OperatorSetti
     # With the caches kopf watches nothing of ours (register), so its scanning of the
     # cluster serves nothing: a watch of every CRD, which keeps the last CRD it listed for as
     # long as it runs (ours alone is 2.3 MB of schema), and of every namespace, with a new
-    # discovery of a whole API group each time a CRD changes. Off, a fresh operator is some
-    # 5 MiB smaller, and 2 MiB after a burst of gangs (docs/operator-scale.md, "Memory").
+    # discovery of a whole API group each time a CRD changes. Off, the operator is about
+    # 2 MiB smaller, fresh and after a burst of gangs (docs/operator-scale.md, "Memory").
     # Without the caches kopf's own watches need it, namespace patterns included.
     kopf_settings.scanning.disabled = settings.informers
 
