@@ -48,7 +48,9 @@ def test_prometheus_reads_the_operator_pods_job_metrics(
     assert target["labels"]["pod"].startswith(f"{RELEASE}-dtjob-operator-")
 
     ns = e2e_namespace
-    name = e2e.apply_example("data-parallel", ns, trainer__steps=400)["metadata"]["name"]
+    # Long enough for a scrape to meet a report: the fast machine trained 400 steps in a few
+    # seconds and the job ended before Prometheus and the status agreed on a loss.
+    name = e2e.apply_example("data-parallel", ns, trainer__steps=3000)["metadata"]["name"]
     loss = f'dtjob_job_loss{{namespace="{ns}",job="{name}"}}'
 
     def progress() -> dict[str, Any]:
