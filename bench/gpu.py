@@ -235,8 +235,8 @@ def measure(record: dict[str, Any], args: argparse.Namespace, write: Callable[[]
         write()
     if "later" in wanted:
         record["throughput_bf16"].append(child(budget, "throughput", "760M"))
-        for variant in LATER:
-            record["throughput_bf16_compiled"].append(child(budget, "throughput", *variant))
+        for later in LATER:
+            record["throughput_bf16_compiled"].append(child(budget, "throughput", *later))
         write()
     if "capped" in wanted:
         record["capped_memory"] = capped_searches(args, budget, write)
