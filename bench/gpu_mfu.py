@@ -154,13 +154,33 @@ def _speed_setup(
     return training_loss(compiled and bool(opts.get("loss", 1)), backend=backend)
 
 
+def _training(
+    model: torch.nn.Module, opts: dict[str, Any]
+) -> tuple[int, Callable[[torch.Tensor, torch.Tensor], torch.Tensor], torch.optim.Optimizer]:
+    """`model`'s parameter count, its loss with the trainer's speed options, and the
+    trainer's AdamW over it: what every throughput measure times."""
+    from dtjob_api.spec import OptimizerSpec
+    from dtjob_trainer.optim import build_optimizer
+
+    params = sum(p.numel() for p in model.parameters())
+    loss = _speed_setup(model, opts)
+    return params, loss, build_optimizer(model.parameters(), OptimizerSpec(type="AdamW", lr=1e-4))
+
+
+def _device_peak(device: torch.device) -> float | None:
+    """The GPU's assumed dense bf16 peak, TFLOP/s (None off CUDA or for an unknown GPU)."""
+    return peak_tflops(torch.cuda.get_device_name(0)) if device.type == "cuda" else None
+
+
+def _mfu(achieved: float, peak: float | None) -> float | None:
+    return round(achieved / peak, 3) if peak else None
+
+
 def one_throughput(name: str, steps: int, *variant: str) -> dict[str, Any]:
     """Tokens/s and MFU of one GPT size (after warm-up steps: 3 eager, 5 compiled, which
     covers the compilation of the forward and the backward). A variant (`compile=1`,
     `loss=0` to leave the loss eager, `ckpt=1`, `batch=N`) runs the trainer's speed
     options."""
-    from dtjob_api.spec import OptimizerSpec
-    from dtjob_trainer.optim import build_optimizer
     from dtjob_trainer.speed import enable_tf32
 
     opts = _variant_options(list(variant))
@@ -169,9 +189,7 @@ def one_throughput(name: str, steps: int, *variant: str) -> dict[str, Any]:
     device = _device()
     enable_tf32(device)
     model = model_on(gpt_spec(layers, d_model, heads, batch, SHAPES[name]), device)
-    params = sum(p.numel() for p in model.parameters())
-    loss = _speed_setup(model, opts)
-    opt = build_optimizer(model.parameters(), OptimizerSpec(type="AdamW", lr=1e-4))
+    params, loss, opt = _training(model, opts)
     seq, vocab = SHAPES[name]
     compile_start = time.perf_counter()
     timed_steps(model, opt, batch, 5 if opts.get("compile") else 3, loss)
@@ -185,7 +203,7 @@ def one_throughput(name: str, steps: int, *variant: str) -> dict[str, Any]:
     # The input embedding is a lookup, no matmul: MFU counted without its parameters too.
     lookup = (vocab + seq) * d_model
     achieved_no_lookup = tokens * (per_token - 6.0 * lookup) / 1e12
-    peak = peak_tflops(torch.cuda.get_device_name(0)) if device.type == "cuda" else None
+    peak = _device_peak(device)
     return {
         "model": name,
         "variant": opts,
@@ -197,8 +215,8 @@ def one_throughput(name: str, steps: int, *variant: str) -> dict[str, Any]:
         "seconds_per_step": round(seconds, 4),
         "tokens_per_second": round(tokens),
         "achieved_tflops": round(achieved, 1),
-        "mfu": round(achieved / peak, 3) if peak else None,
-        "mfu_without_embedding_lookup": round(achieved_no_lookup / peak, 3) if peak else None,
+        "mfu": _mfu(achieved, peak),
+        "mfu_without_embedding_lookup": _mfu(achieved_no_lookup, peak),
         "peak_tflops_assumed": peak,
         "peak_memory_gib": _peak_gib(device),
     }
@@ -272,10 +290,8 @@ def one_bigger(layers: int, d_model: int, heads: int, batch: int, *variant: str)
     """Tokens/s and MFU of a large GPT on one GPU with the trainer's speed options (by
     default activation checkpointing and compiled blocks): 8 steps after the warm-up.
     The MFU counts 6N + attention, not the recomputation, so checkpointing costs MFU."""
-    from dtjob_api.spec import OptimizerSpec
     from dtjob_trainer.config import load_config
     from dtjob_trainer.models import build_model
-    from dtjob_trainer.optim import build_optimizer
     from dtjob_trainer.speed import enable_tf32
 
     opts = {"ckpt": 1, "compile": 1, **_variant_options(list(variant))}
@@ -285,14 +301,12 @@ def one_bigger(layers: int, d_model: int, heads: int, batch: int, *variant: str)
     model = build_model(load_config(gpt_spec(layers, d_model, heads, batch, (seq, vocab))),
                         torch.float32, meta=True)  # fmt: skip
     _init_on_device(model, device)
-    params = sum(p.numel() for p in model.parameters())
-    loss = _speed_setup(model, opts)
-    opt = build_optimizer(model.parameters(), OptimizerSpec(type="AdamW", lr=1e-4))
+    params, loss, opt = _training(model, opts)
     timed_steps(model, opt, batch, 4, loss)
     seconds = timed_steps(model, opt, batch, 8 if device.type == "cuda" else 2, loss)
     tokens = batch * seq / seconds
     achieved = tokens * flops_per_token(params, layers, d_model, seq) / 1e12
-    peak = peak_tflops(torch.cuda.get_device_name(0)) if device.type == "cuda" else None
+    peak = _device_peak(device)
     return {
         "layers": layers,
         "d_model": d_model,
@@ -302,6 +316,6 @@ def one_bigger(layers: int, d_model: int, heads: int, batch: int, *variant: str)
         "seconds_per_step": round(seconds, 3),
         "tokens_per_second": round(tokens),
         "achieved_tflops": round(achieved, 1),
-        "mfu": round(achieved / peak, 3) if peak else None,
+        "mfu": _mfu(achieved, peak),
         "peak_memory_gib": _peak_gib(device),
     }
