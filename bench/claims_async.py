@@ -4,10 +4,11 @@
 One rank (nccl, world size 1) trains an FSDP2 GPT of 507M parameters (32 layers of
 dModel 1024, seqLen 1024, vocab 50304, batch 4, fused AdamW, fp32 with TF32 matmuls)
 built on the GPU; the median step time of 20 steps without a save; a background save
-(the first also pins the host buffers the later ones reuse), stepping until it is
-committed: what `start` blocked the loop, the step times meanwhile; the blocking save
-(sharded.save_sharded); a second background save. Checkpoints go to /dev/shm when it
-has room (the figures are then the trainer's stall, not the disk's speed).
+(the first stages into ordinary host memory while the page-locked buffers every later
+one reuses are made on another thread), stepping until it is committed: what `start`
+blocked the loop, the step times meanwhile; the blocking save (sharded.save_sharded); a
+second background save. Checkpoints go to /dev/shm when it has room (the figures are
+then the trainer's stall, not the disk's speed).
 """
 
 from __future__ import annotations
@@ -177,8 +178,10 @@ def checkpoint_root(tmp: str | None, need: int) -> tuple[str | None, str]:
 def saves_in_flight(
     record: dict[str, Any], stepper: Stepper, s: AsyncSizes, deadline: Deadline, tmp: str | None
 ) -> None:
-    """A background save (the first also pins the host buffers every later one reuses),
-    the blocking save, then a background save again, each while time is left for it."""
+    """A background save (the first stages into ordinary host memory while the page-locked
+    buffers every later one reuses are made on another thread), the blocking save, then a
+    background save again, each while time is left for it; whether the saver's buffers
+    ended up page-locked."""
     from dtjob_trainer.async_checkpoint import AsyncSaver
     from dtjob_trainer.checkpoint import Checkpointer
     from dtjob_trainer.sharded import ShardedState, save_sharded
@@ -193,7 +196,7 @@ def saves_in_flight(
         record["background_saves"] = saves
         saves.append({"first": True, **background_save(saver, stepper, s, deadline)})
         emit(record)
-        # What the next save will take, about: the first's write, without the pinning.
+        # What the next save will take, about: the first's write.
         write = saves[0]["committed_after_seconds"] - saves[0]["start_blocked_loop_seconds"]
         if deadline.left() > 1.5 * write + 2:
             start = time.perf_counter()
@@ -203,6 +206,16 @@ def saves_in_flight(
             emit(record)
         if deadline.left() > 1.5 * write + 2:
             saves.append({"first": False, **background_save(saver, stepper, s, deadline)})
+        record["host_buffers_page_locked"] = page_locked_share(saver)
+
+
+def page_locked_share(saver: AsyncSaver) -> float:
+    """The share of the saver's host buffers that are page-locked (1.0 on a GPU once a
+    second save has staged; 0.0 on a CPU run)."""
+    buffers = saver.stager.buffers()
+    if not buffers or not torch.cuda.is_available():
+        return 0.0
+    return round(sum(b.is_pinned() for b in buffers) / len(buffers), 3)
 
 
 def section_async(rehearse: bool, seconds: float, cap_gib: float, tmp: str | None) -> None:

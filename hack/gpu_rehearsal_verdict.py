@@ -23,7 +23,7 @@ def verdict(out: Path) -> list[str]:
     cuda_skips = 0
     for case in suite.iter("testcase"):
         skipped = case.find("skipped")
-        if case.get("classname", "").endswith("test_strategies_cuda"):
+        if case.get("classname", "").endswith("_cuda"):  # test_*_cuda.py: CUDA only
             if skipped is None or "no CUDA device" not in skipped.get("message", ""):
                 problems.append(f"{case.get('name')}: ran or skipped for another reason")
             else:

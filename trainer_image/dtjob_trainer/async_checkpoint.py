@@ -31,7 +31,8 @@ Why the pieces are as they are:
   and the next save tries again, but two failures in a row end the run (the storage is
   broken, not blipping), as does a failure of the final save (at SIGTERM the loop turns
   that into a preemption all the same).
-- Staging copies into host buffers made once (`HostStager`): see its docstring.
+- Staging copies into host buffers made once, page-locked off the training thread on a
+  GPU (`HostStager`): see its docstring.
 - Always on for the loop's sharded saves, with no spec field: what is written and when it
   counts as committed are those of a blocking save, so there is no numerics or safety
   trade-off for a user to choose, only host memory (one copy of a rank's shards).
@@ -61,6 +62,7 @@ from torch.distributed.checkpoint.metadata import Metadata
 from torch.distributed.checkpoint.staging import BlockingAsyncStager
 from torch.distributed.checkpoint.state_dict_saver import async_save
 from torch.distributed.checkpoint.storage import StorageWriter
+from torch.distributed.tensor import DTensor
 
 from dtjob_trainer.checkpoint import Checkpointer
 from dtjob_trainer.dist import COLLECTIVE_TIMEOUT, broadcast_object
@@ -89,6 +91,56 @@ def checkpoint_group(group: dist.ProcessGroup | None) -> dist.ProcessGroup:
     return made
 
 
+Allocate = Callable[[torch.Tensor], torch.Tensor]
+"""A host buffer like a staged tensor: the pinned one the stager moves its buffers to."""
+
+
+def pinned_like(t: torch.Tensor) -> torch.Tensor:
+    """An uninitialised page-locked host tensor of `t`'s shape and dtype."""
+    return torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+
+
+def default_allocate() -> Allocate | None:
+    """Page-locked twins where there is a GPU to copy from; none on a CPU run."""
+    return pinned_like if torch.cuda.is_available() else None
+
+
+def _slots(obj: Any) -> list[tuple[Any, Any]]:
+    """Where the host tensors of a staged state dict sit, as (container, key) pairs: a dict
+    or list and its key, or a DTensor and None (its local tensor). Empty and zero-dimension
+    tensors are left out (nothing to pin), as are ShardedTensors (not ours to restructure)."""
+    found: list[tuple[Any, Any]] = []
+    items: Any = ()
+    if isinstance(obj, dict):
+        items = obj.items()
+    elif isinstance(obj, list):
+        items = enumerate(obj)
+    for key, value in items:
+        if isinstance(value, DTensor):
+            if value._local_tensor.dim() and value._local_tensor.numel():
+                found.append((value, None))
+        elif isinstance(value, torch.Tensor):
+            if value.dim() and value.numel():
+                found.append((obj, key))
+        else:
+            found.extend(_slots(value))
+    return found
+
+
+def _tensor_at(slot: tuple[Any, Any]) -> torch.Tensor:
+    owner, key = slot
+    tensor: torch.Tensor = owner._local_tensor if key is None else owner[key]
+    return tensor
+
+
+def _place(slot: tuple[Any, Any], tensor: torch.Tensor) -> None:
+    owner, key = slot
+    if key is None:
+        owner._local_tensor = tensor
+    else:
+        owner[key] = tensor
+
+
 class HostStager(BlockingAsyncStager):
     """Stages a state into host buffers made once and reused by every save.
 
@@ -96,24 +148,80 @@ class HostStager(BlockingAsyncStager):
     even deep-copies it first, then copies again), which on CPU blocked the loop longer
     than a blocking save's whole write (`bench/async_checkpoint.py`). Reusing the buffers
     is safe because at most one save is in flight: the previous save has been written
-    before the next one copies into them. They are pinned when CUDA is present (faster
-    device-to-host copies, pinned once). The price: one host copy of the rank's shards is
+    before the next one copies into them. The price: one host copy of the rank's shards is
     held for the rest of the run.
+
+    With CUDA the buffers end up page-locked (faster device-to-host copies), but not on the
+    training thread: page-locking is slow (7.9 s for 5.7 GiB on the H200 of
+    `bench/gpu_claims.py`'s async section, a stall of the loop as long as a blocking save's
+    whole write). The first save stages into ordinary host memory, and a thread of its own
+    allocates the page-locked twins meanwhile; the next save waits for that thread (by then
+    long done, a save interval later) and moves the buffers to the twins before copying.
+    If page-locking fails (a container's locked-memory limit), the ordinary buffers stay,
+    with a warning: slower copies, never a failed save.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, allocate: Allocate | None = None) -> None:
         super().__init__(cache_staged_state_dict=True)
+        self.allocate = allocate if allocate is not None else default_allocate()
+        self._twins: list[torch.Tensor] = []
+        self._twin_error: BaseException | None = None
+        self._twinning: threading.Thread | None = None
+        self._twinned_for: Any = None  # the cache the twins were made for
 
     def stage(self, state_dict: dict[str, Any]) -> dict[str, Any]:
         """Copy `state_dict` into the host buffers (made anew if its layout changed)."""
+        self._adopt_twins()
         if self.state_dict_cache is not None:
             try:
                 return _copy_state_dict(state_dict, self.state_dict_cache)
             except (CompanionMismatch, RuntimeError):
                 self.state_dict_cache = None  # keys or shapes changed: new buffers
-        pin = torch.cuda.is_available()
-        self.state_dict_cache = _create_cpu_state_dict(state_dict, pin_memory=pin)
-        return _copy_state_dict(state_dict, self.state_dict_cache)
+        self.state_dict_cache = _create_cpu_state_dict(state_dict)
+        staged = _copy_state_dict(state_dict, self.state_dict_cache)
+        if self.allocate is not None:
+            self._make_twins(self.state_dict_cache)
+        return staged
+
+    def buffers(self) -> list[torch.Tensor]:
+        """The host buffers saves are staged into (none before the first save)."""
+        if self.state_dict_cache is None:
+            return []
+        return [_tensor_at(s) for s in _slots(self.state_dict_cache)]
+
+    def _make_twins(self, cache: dict[str, Any]) -> None:
+        """Allocate the page-locked twins of `cache`'s tensors on a thread of their own."""
+        allocate, shapes = self.allocate, [_tensor_at(s) for s in _slots(cache)]
+        assert allocate is not None
+        self._twins, self._twin_error, self._twinned_for = [], None, cache
+
+        def run() -> None:
+            try:
+                self._twins = [allocate(t) for t in shapes]
+            except BaseException as exc:  # reported by the next stage; the save goes on
+                self._twin_error = exc
+
+        self._twinning = threading.Thread(target=run, name="dtjob-pin-host-buffers", daemon=True)
+        self._twinning.start()
+
+    def _adopt_twins(self) -> None:
+        """Wait for the twins of the cache (if being made) and move its buffers to them."""
+        thread, self._twinning = self._twinning, None
+        if thread is None:
+            return
+        thread.join()
+        twins, cache, self._twins, self._twinned_for = self._twins, self._twinned_for, [], None
+        if self._twin_error is not None:
+            log.warning(
+                "the checkpoint's host buffers stay in ordinary memory (page-locking them "
+                "failed: %s); saves copy from the GPU more slowly",
+                _first_line(self._twin_error),
+            )
+            return
+        if cache is not self.state_dict_cache:
+            return  # made anew since (a layout change): these twins fit the old one
+        for slot, twin in zip(_slots(cache), twins, strict=True):
+            _place(slot, twin)
 
 
 @dataclass

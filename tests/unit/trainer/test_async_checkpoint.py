@@ -30,6 +30,8 @@ LEAD = 2
 
 _STEPS = [0]  # optimizer steps this rank has run, counted on the training thread
 _WRITES: list[dict[str, Any]] = []  # what each background write saw as it began
+_TWINS: list[torch.Tensor] = []  # the host buffers' "page-locked" twins (ordinary here)
+_ON_TWINS: list[float] = []  # after each staging: the share of its buffers that are twins
 
 
 def _spec() -> dict[str, Any]:
@@ -88,6 +90,26 @@ class _FailingWriter(FileSystemWriter):
         return super().write_data(plan, planner)
 
 
+def _twins_in(async_checkpoint: Any) -> None:
+    """The stager's page-locked twins, made the way a GPU run makes them but in ordinary
+    memory (page-locking needs CUDA): the FSDP state's DTensors are moved to them too."""
+
+    def twin(t: torch.Tensor) -> torch.Tensor:
+        _TWINS.append(torch.empty(t.shape, dtype=t.dtype))
+        return _TWINS[-1]
+
+    async_checkpoint.default_allocate = lambda: twin
+    real_stage = async_checkpoint.HostStager.stage
+
+    def stage(self: Any, state_dict: dict[str, Any]) -> dict[str, Any]:
+        staged = real_stage(self, state_dict)
+        buffers = self.buffers()
+        _ON_TWINS.append(sum(any(b is t for t in _TWINS) for b in buffers) / len(buffers))
+        return staged
+
+    async_checkpoint.HostStager.stage = stage
+
+
 def _train(
     rank: int,
     world: int,
@@ -107,6 +129,7 @@ def _train(
     # Not the save SIGTERM stops at, nor the last: the loop waits for those.
     _SlowWriter.slow = (4,) if sigterm_after else (4, 8)
     async_checkpoint.FileSystemWriter = {"slow": _SlowWriter, "failing": _FailingWriter}[writer]  # type: ignore[misc]
+    _twins_in(async_checkpoint)
     real_loop = fsdp.run_loop
 
     def counting_loop(ctx: Any, t: Any) -> Any:
@@ -133,7 +156,13 @@ def _train(
         error = None
     except TrainerError as exc:
         result, error = None, f"{type(exc).__name__}: {exc}"
-    return {"result": result, "error": error, "writes": _WRITES, "log": records}
+    return {
+        "result": result,
+        "error": error,
+        "writes": _WRITES,
+        "log": records,
+        "on_twins": _ON_TWINS,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -160,6 +189,9 @@ def test_training_goes_on_while_a_save_is_written(
             assert step + LEAD <= writes[step]["steps_when_written"]
         # At most one save in flight: step 8's began after step 4's was committed.
         assert writes[8]["latest"] == Checkpointer.dir_name(4)
+        # Step 4 was staged in ordinary buffers, 8 and 12 in their twins (step 12's shards
+        # are compared with the reference below).
+        assert r["on_twins"] == [0.0, 1.0, 1.0]
     assert Checkpointer(ckpt).steps() == [4, 8, 12]
     assert (ckpt / LATEST).read_text() == Checkpointer.dir_name(12)
     result = ranks[0]["result"]
