@@ -158,7 +158,10 @@ class HostStager(BlockingAsyncStager):
     allocates the page-locked twins meanwhile; the next save waits for that thread (by then
     long done, a save interval later) and moves the buffers to the twins before copying.
     If page-locking fails (a container's locked-memory limit), the ordinary buffers stay,
-    with a warning: slower copies, never a failed save.
+    with a warning: slower copies, never a failed save. The cost: until the second save,
+    a rank holds two host copies of its shards (the one being written and its twins), the
+    peak that staging a DTensor state always reached for a moment (DCP copies it to the
+    host once more before making the buffers).
     """
 
     def __init__(self, allocate: Allocate | None = None) -> None:
