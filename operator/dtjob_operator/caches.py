@@ -28,6 +28,9 @@ for that job once both agree (client-go's controllers keep "expectations" for th
 reason). Likewise a job whose status the reconcile wrote is read from the API server until
 the cache holds the resourceVersion that write returned. Until a cache has made its first
 list, every read goes to the API server.
+
+The informers themselves (what each watches, keeps and wakes) are built in
+cache_informers.py.
 """
 
 from __future__ import annotations
@@ -39,25 +42,21 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from dtjob_api import GROUP, PLURAL
-from dtjob_operator.constants import KUEUE_GROUP, KUEUE_VERSION, LABEL_JOB_NAME
+from dtjob_operator.cache_informers import (
+    CACHE_CALLS,
+    FINISHED_PHASES,
+    build_informers,
+    jobs_pods_hold_capacity,
+    workload_informers,
+)
+from dtjob_operator.constants import LABEL_JOB_NAME
 from dtjob_operator.gone_pods import GonePods
-from dtjob_operator.informer import Informer, lister
-from dtjob_operator.k8s import JOBS, SCHEDULING, KubeApi, Obj, versions
+from dtjob_operator.informer import Informer
+from dtjob_operator.k8s import KubeApi, Obj, versions
 from dtjob_operator.kueue.api import KueueApi
 from dtjob_operator.pod_expectations import PodExpectations
-from dtjob_operator.rest import CORE, group_path
 from dtjob_operator.settings import OperatorSettings
-from dtjob_operator.trims import (
-    is_history_config_map,
-    trim_job_config_map,
-    trim_job_pod,
-    trim_namespace,
-    trim_node,
-    trim_owned,
-    trim_pod_for_capacity,
-    trim_to_metadata,
-)
+from dtjob_operator.trims import trim_job_pod, trim_node, trim_pod_for_capacity
 
 __all__ = ["CACHE_CALLS", "Caches", "trim_job_pod", "trim_node", "trim_pod_for_capacity"]
 
@@ -65,22 +64,8 @@ log = logging.getLogger(__name__)
 
 JobKey = tuple[str, str]
 
-UNFINISHED = "status.phase!=Succeeded,status.phase!=Failed"
-FINISHED_PHASES = ("Succeeded", "Failed")
 # How often a Kueue job's reconcile may look for Kueue's API when it was not served at start.
 WORKLOADS_PROBE_SECONDS = 60.0
-# The API server ends each watch after this; the informer resumes it from where it was.
-WATCH_SECONDS = 300
-
-# Every (API group, resource, verb) the informers call; the chart grants them
-# (tests/unit/operator/test_chart.py), with k8s.API_CALLS and handlers.KOPF_CALLS.
-CACHE_CALLS: frozenset[tuple[str, str, str]] = frozenset(
-    (group, resource, verb)
-    for group, resource in ((GROUP, PLURAL), ("", "pods"), ("", "configmaps"), ("", "nodes"),
-                            ("", "resourcequotas"), ("scheduling.k8s.io", "priorityclasses"),
-                            (KUEUE_GROUP, "workloads"), ("", "namespaces"))
-    for verb in ("list", "watch")
-)  # fmt: skip
 
 
 class Caches:
@@ -120,117 +105,19 @@ class Caches:
         self._lock = threading.Lock()
 
     def _build(self) -> None:
-        http, settings, namespaces = self.api.api_client, self.settings, self.settings.namespaces
-
-        def owned_changed(_kind: str, obj: Obj) -> None:
-            meta = obj.get("metadata") or {}
-            job = (meta.get("labels") or {}).get(LABEL_JOB_NAME)
-            if job and meta.get("namespace"):
-                self.on_job_child((meta["namespace"], job))
-
-        def job_pod_changed(kind: str, obj: Obj) -> None:
-            owned_changed(kind, obj)
-            self.note_gone(kind, obj)
-            # What the unfinished-pods cache says by a DELETED when it does not hold the
-            # jobs' pods: a pod finished or went, and its room is free.
-            if self.jobs_pods_hold_capacity and (
-                kind == "DELETED" or (obj.get("status") or {}).get("phase") in FINISHED_PHASES
-            ):
-                self.on_capacity()
-
-        def config_map_changed(kind: str, obj: Obj) -> None:
-            # A history write (every 30 s per running job) changes nothing the reconcile
-            # reads; its creation or deletion does (the planner re-creates a lost one).
-            if kind == "MODIFIED" and is_history_config_map(obj):
-                return
-            owned_changed(kind, obj)
-
-        def job_changed(kind: str, obj: Obj) -> None:
-            meta = obj.get("metadata") or {}
-            if meta.get("namespace") and meta.get("name"):
-                self.on_job_child((meta["namespace"], meta["name"]))
-            # A new job is one to admit: a pass as soon as this cache holds it, which the
-            # pass reads, admits it before its first reconcile has to say it waits (a
-            # status write and an Event per job, in a burst, when passes waited for it).
-            if kind == "ADDED":
-                self.on_capacity()
-
-        def capacity_changed(kind: str, _obj: Obj) -> None:
-            if kind in ("ADDED", "DELETED"):  # capacity came or went
-                self.on_capacity()
-
-        common: dict[str, Any] = {
-            "page_size": settings.api_list_page_size,
-            "watch_seconds": WATCH_SECONDS,
-            "connect_timeout": settings.api_connect_timeout_seconds,
-            # The API server ends each watch after WATCH_SECONDS, and sends bookmarks more
-            # rarely than that on a quiet selected watch: silence past the end is a
-            # half-open connection.
-            "silence_timeout": WATCH_SECONDS + 30,
-        }
-        owned: dict[str, Any] = {
-            **common, "index_label": LABEL_JOB_NAME, "on_change": owned_changed,
-            "label_selector": LABEL_JOB_NAME,
-        }  # fmt: skip
-        scopes: list[dict[str, Any]] = [{"namespace": ns} for ns in namespaces] or [{}]
-        pods_call = lister(http, CORE, "pods")
-        cms_call = lister(http, CORE, "configmaps")
-        jobs_call = lister(http, JOBS, PLURAL)
-        # The one watch of the jobs: a change wakes the job's reconcile (handlers.py says why
-        # kopf does not watch them too).
-        self.jobs = [
-            Informer("jobs", jobs_call, trim=trim_owned, on_change=job_changed, **common, **s)
-            for s in scopes
-        ]
-        self.job_pods = [
-            Informer("job-pods", pods_call, trim=trim_job_pod, **{**owned,
-                     "on_change": job_pod_changed}, **s)
-            for s in scopes
-        ]  # fmt: skip
-        owned_config_maps = {**owned, "on_change": config_map_changed}
-        self.job_config_maps = [
-            Informer("job-configmaps", cms_call, trim=trim_job_config_map, **owned_config_maps, **s)
-            for s in scopes
-        ]
-        # A pod that finishes or goes leaves this set (DELETED): room freed, a pass may admit.
-        others: dict[str, Any] = (
-            {"label_selector": f"!{LABEL_JOB_NAME}"} if self.jobs_pods_hold_capacity else {}
+        built = build_informers(self.api.api_client, self.settings, self)
+        self.jobs, self.job_pods, self.job_config_maps = (
+            built.jobs,
+            built.job_pods,
+            built.job_config_maps,
         )
-        self.unfinished_pods = Informer(
-            "unfinished-pods", pods_call, trim=trim_pod_for_capacity,
-            field_selector=UNFINISHED, on_change=capacity_changed, **others, **common,
-        )  # fmt: skip
-        self.nodes = Informer("nodes", lister(http, CORE, "nodes"), trim=trim_node,
-                              on_change=capacity_changed, **common)  # fmt: skip
-        self.quotas = Informer(
-            "resourcequotas", lister(http, CORE, "resourcequotas"),
-            on_change=lambda _k, _o: self.on_capacity(), **common,
-        )  # fmt: skip
-        self.priority_classes = Informer(
-            "priorityclasses", lister(http, SCHEDULING, "priorityclasses"), **common
+        self.unfinished_pods, self.nodes, self.quotas = (
+            built.unfinished_pods,
+            built.nodes,
+            built.quotas,
         )
-        self.namespaces = Informer(
-            "namespaces", lister(http, CORE, "namespaces"), trim=trim_namespace, **common
-        )
-        # Kueue's Workloads are watched from the first reconcile of a Kueue job, not from
-        # here: the start never waits on (or fails with) a probe of an API that may be
-        # missing or, in an outage, unreachable.
-        if settings.admission != "external":
-            self._workload_options = {**owned, "trim": trim_to_metadata}
-
-    def _workload_informers(self) -> list[Informer]:
-        """Kueue's Workloads of our jobs (labelled with the job's name): Kueue's admission or
-        eviction wakes the job at once instead of at its next resync. The reconcile still
-        reads the Workload from the API server (kueue/backend.py): this is only the bell.
-        None where Kueue's API is not served: an informer would retry a 404 forever."""
-        namespaces = self.settings.namespaces
-        http = self.api.api_client
-        if not KueueApi(http).serves_workloads(namespaces[0] if namespaces else None):
-            return []
-        call = lister(http, group_path(KUEUE_GROUP, KUEUE_VERSION), "workloads")
-        scopes: list[dict[str, Any]] = [{"namespace": ns} for ns in namespaces] or [{}]
-        log.info("Kueue's Workload API is served: watching the jobs' Workloads")
-        return [Informer("kueue-workloads", call, **self._workload_options, **s) for s in scopes]
+        self.priority_classes, self.namespaces = built.priority_classes, built.namespaces
+        self._workload_options = built.workload_options
 
     def watch_workloads_if_served(self) -> None:
         """Kueue's Workloads are watched from the first reconcile of a Kueue job that finds
@@ -243,7 +130,9 @@ class Caches:
             if now - self._workloads_probed < WORKLOADS_PROBE_SECONDS:
                 return
             self._workloads_probed = now
-        informers = self._workload_informers()
+        informers = workload_informers(
+            self.api.api_client, self.settings.namespaces, self._workload_options
+        )
         with self._lock:
             if self.workloads or not informers:
                 return
@@ -253,10 +142,9 @@ class Caches:
 
     @property
     def jobs_pods_hold_capacity(self) -> bool:
-        """Whether the job-pods cache is where the admission finds the jobs' own pods: when
-        it watches every namespace. Watching some namespaces only, pods of jobs elsewhere
-        (another installation's) hold room too, so the unfinished-pods cache keeps all."""
-        return not self.settings.namespaces
+        """Whether the job-pods cache is where the admission finds the jobs' own pods
+        (cache_informers.jobs_pods_hold_capacity)."""
+        return jobs_pods_hold_capacity(self.settings)
 
     @property
     def informers(self) -> list[Informer]:
