@@ -1,5 +1,5 @@
-"""How long a sharded checkpoint blocks the training loop, blocking save vs background save,
-writing bench/results/async_checkpoint.json.
+"""How long a checkpoint blocks the training loop, blocking save vs background save, for
+sharded and for full checkpoints, writing bench/results/async_checkpoint.json.
 
 Two gloo ranks on CPU hold an FSDP2-sharded fp32 MLP (default 8 blocks of 2048 x 2048,
 about 134 MB of parameters, with Adam's two moments about 400 MB of checkpoint) and save it
@@ -9,6 +9,11 @@ to a local directory `--reps` times each way:
 - `background`: `AsyncSaver.start` — the loop waits only for the host copy of its shards
   (into buffers made by the first save and reused); `committed_after` is how long after
   `start` the commit came (the loop was free meanwhile).
+
+Then the same MLP under DistributedDataParallel, as full checkpoints (`full`): the state
+gathered to rank 0 (`state.gather_full_state`, a collective) and written by rank 0 either
+with `Checkpointer.save` (blocking) or `FullSaver.start` (a host copy, written by a thread).
+The loop's wait is the gathering plus the save, or plus the copy.
 
 Figures are seconds, the slower rank's per repetition, median over repetitions. They
 depend on the disk (fsync) and memory bandwidth of the machine they ran on.
@@ -74,7 +79,50 @@ def _rank(rank: int, world: int, blocks: int, width: int, reps: int, root: str) 
         saver.wait()
         written.append(time.perf_counter() - t0)
     params = sum(p.to_local().numel() for p in model.parameters())
-    return {"blocking": blocking, "staged": staged, "written": written, "params": params}
+    full = _full(rank, blocks, width, reps, root + "-full")
+    return {"blocking": blocking, "staged": staged, "written": written, "params": params, **full}
+
+
+def _full(rank: int, blocks: int, width: int, reps: int, root: str) -> dict[str, list[float]]:
+    """Full checkpoints of the same MLP under DDP: blocking and background, `reps` each."""
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel
+
+    from dtjob_trainer.async_full import FullSaver
+    from dtjob_trainer.checkpoint import Checkpointer
+    from dtjob_trainer.state import gather_full_state
+
+    torch.manual_seed(0)
+    ddp = DistributedDataParallel(nn.Sequential(*(nn.Linear(width, width) for _ in range(blocks))))
+    optimizer = torch.optim.Adam(ddp.parameters(), lr=1e-3)
+    ddp(torch.randn(4, width)).sum().backward()
+    optimizer.step()
+    ck = Checkpointer(root, keep=1)
+    saver = FullSaver(ck, "DataParallel", dist.get_world_size())
+    out: dict[str, list[float]] = {"full_blocking": [], "full_staged": [], "full_written": []}
+    step = 0
+    for _ in range(reps):
+        step += 1
+        dist.barrier()
+        t0 = time.perf_counter()
+        state = gather_full_state(ddp, optimizer, rank)
+        if state is not None:
+            ck.save(step, "DataParallel", 2, state)
+        out["full_blocking"].append(time.perf_counter() - t0)
+        del state
+        step += 1
+        dist.barrier()
+        t0 = time.perf_counter()
+        state = gather_full_state(ddp, optimizer, rank)
+        if state is not None:
+            state = saver.start(step, state)
+        out["full_staged"].append(time.perf_counter() - t0)
+        saver.wait()
+        out["full_written"].append(time.perf_counter() - t0)
+        del state
+    return out
 
 
 def main() -> None:
@@ -122,6 +170,19 @@ def main() -> None:
     blocked["loop_blocked_ratio"] = round(
         blocked["background_save_blocks_loop"] / blocked["blocking_save_blocks_loop"], 3
     )
+    full = {
+        "blocking_save_blocks_loop": slowest("full_blocking"),
+        "background_save_blocks_loop": slowest("full_staged"),
+        "background_save_committed_after": slowest("full_written"),
+    }
+    full["loop_blocked_ratio"] = round(
+        full["background_save_blocks_loop"] / full["blocking_save_blocks_loop"], 3
+    )
+    result["full_checkpoint_seconds_median_slowest_rank"] = {
+        "model": f"DDP MLP, {args.blocks} x Linear({args.width}, {args.width}), fp32, Adam",
+        "note": "each includes gathering the state to rank 0 (a collective)",
+        **full,
+    }
     out = TOP / "bench" / "results" / "async_checkpoint.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))

@@ -23,6 +23,8 @@ never a half-written one. `step` counts completed optimizer steps. The training 
 sharded checkpoints in the background (`dtjob_trainer.async_checkpoint`): rank 0 then calls
 `commit_sharded` from the save's done-callback, on another thread, while the training thread
 does not touch the directory until it waits for that save (one save in flight at a time).
+Full checkpoints are written by rank 0 from a host copy on a thread of its own
+(`dtjob_trainer.async_full`), under the same rule.
 
 Every sharded checkpoint has one layout, parameters and optimizer state keyed by the full
 model's parameter names, so FSDP, CPUOffload, DataParallel (reading whole tensors) and the

@@ -14,11 +14,12 @@ A strategy describes itself with a `Trainable` and calls `run_loop(ctx, trainabl
    (`ctx.history`, cut back to the start step on resume) every `logEverySteps`;
 5. checkpoints every `checkpoint.everySteps`, at the end, and when any rank saw SIGTERM
    (then raises `Preempted`, exit 143): `state_dict()` is a collective returning the full
-   state on rank 0, which must contain "model" (full parameters by name); a strategy with
+   state on rank 0, which must contain "model" (full parameters by name), and rank 0
+   writes it from a host copy in the background (`async_full`); a strategy with
    `save_sharded` writes a sharded checkpoint instead, every rank its own shards, in the
-   background (`async_checkpoint`): training goes on while they are written, and the
-   checkpoint of the end or of SIGTERM is waited for, so it is committed before the
-   process exits;
+   background (`async_checkpoint`). Either way training goes on while a checkpoint is
+   written, and the checkpoint of the end or of SIGTERM is waited for, so it is committed
+   before the process exits;
 6. evaluates held-out accuracy (`evaluate()`, a collective, result on rank 0).
 
 Every rank beats its heartbeat (`ctx.heartbeat`) after each step, and marks its checkpoint
@@ -36,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 
+from dtjob_trainer.async_full import FullSaver
 from dtjob_trainer.checkpoint import sharded_refusal
 from dtjob_trainer.console import Console
 from dtjob_trainer.context import RunContext, RunResult
@@ -190,6 +192,9 @@ def run_loop(ctx: RunContext, t: Trainable) -> RunResult:
         saver = AsyncSaver(
             ctx.checkpoints, t.sharded, t.name, ctx.rank, ctx.world_size, t.sync_group
         )
+    full = None
+    if saver is None and ctx.rank == 0:  # full checkpoints: rank 0 writes them alone
+        full = FullSaver(ctx.checkpoints, t.name, ctx.world_size)
     ctx.history.resume(start)
     lr = ctx.cfg.trainer.optimizer.lr  # constant: the trainer has no LR schedule
     result = RunResult(strategy=t.name, steps=start, start_step=start)
@@ -232,7 +237,9 @@ def run_loop(ctx: RunContext, t: Trainable) -> RunResult:
             result.train_cpu_seconds += time.process_time() - cpu_timer
             try:
                 with ctx.heartbeat.doing(CHECKPOINTING):
-                    state, written = _checkpoint(ctx, t, saver, step, final=stop or step == total)
+                    state, written = _checkpoint(
+                        ctx, t, saver, full, step, final=stop or step == total
+                    )
             except TrainerError as exc:
                 if not stop:
                     raise
@@ -245,7 +252,8 @@ def run_loop(ctx: RunContext, t: Trainable) -> RunResult:
                 ctx.reporter.update(
                     force=True, lastCheckpointStep=last_ckpt, lastCheckpointTime=utc_now()
                 )
-        if saver is not None and (done := saver.committed()) is not None:
+        background = saver or full
+        if background is not None and (done := background.committed()) is not None:
             # A background save committed since the last sync point (rank 0 only).
             ctx.reporter.update(
                 force=True, lastCheckpointStep=done[0], lastCheckpointTime=utc_now()
@@ -278,12 +286,18 @@ def run_loop(ctx: RunContext, t: Trainable) -> RunResult:
 
 
 def _checkpoint(
-    ctx: RunContext, t: Trainable, saver: AsyncSaver | None, step: int, final: bool
+    ctx: RunContext,
+    t: Trainable,
+    saver: AsyncSaver | None,
+    full: FullSaver | None,
+    step: int,
+    final: bool,
 ) -> tuple[dict[str, Any] | None, bool]:
     """The full state if one was gathered, and whether (on rank 0) a checkpoint of `step`
-    is kept now. A sharded save runs in the background and is reported once committed
-    (`AsyncSaver.committed`), except the final one (end of training, SIGTERM): that one is
-    waited for, so the process never exits before its last checkpoint is whole."""
+    is kept now. A save runs in the background, sharded (every rank, `AsyncSaver`) or full
+    (rank 0, `FullSaver`), and is reported once committed (`committed()`), except the final
+    one (end of training, SIGTERM): that one is waited for, so the process never exits
+    before its last checkpoint is whole."""
     if saver is not None:
         if not final:
             saver.start(step)
@@ -292,8 +306,13 @@ def _checkpoint(
         saver.committed()  # reported here, not again at the next sync point
         return None, outcome.kind == "committed" and ctx.rank == 0
     state = t.state_dict()
-    if ctx.rank == 0:
-        assert state is not None, "state_dict() must return the state on rank 0"
-        path = ctx.checkpoints.save(step, t.name, ctx.world_size, state)
-        log.info("checkpoint of step %d written to %s", step, path)
-    return state, True
+    if ctx.rank != 0:
+        return state, False
+    assert state is not None, "state_dict() must return the state on rank 0"
+    assert full is not None, "rank 0 of a loop with full checkpoints has a FullSaver"
+    if final:
+        full.finish(step, state)
+        return state, True
+    # The host copy the background write uses: the gathered state may share its tensors
+    # with the live model and optimizer, which the next step changes.
+    return full.start(step, state), False

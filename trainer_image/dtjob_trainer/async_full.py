@@ -1,0 +1,240 @@
+"""Full checkpoints written in the background: rank 0 copies the gathered state to host
+memory and a thread of its own writes it, while the training loop goes on.
+
+A full checkpoint (DataParallel, TensorParallel, ParameterServer Sync, EASGD, PipeDream) is
+the whole training state in one file that rank 0 writes with `torch.save` and fsyncs, while
+every other rank waits at its next collective. Now `FullSaver.start` takes a host copy of
+the state (a copy from the GPU, or a clone of CPU tensors: what the state holds may be the
+live parameters and optimizer state, which the next step changes) and returns; the write,
+the rename into place, `latest` and the pruning are `Checkpointer.save`'s, on the saver's
+thread (`bench/async_checkpoint.py`'s `full` figures).
+
+Why the pieces are as they are:
+
+- At most one save in flight: `start` first waits for the previous one, so that two
+  copies of the state are never held at once for writing, and an older save cannot point
+  `latest` past a newer one.
+- The copy is what the loop keeps as the step's state (the loop holds it until the next
+  checkpoint, for the result file): the gathered state is dropped, and the host holds one
+  copy of the state, as it did with the blocking write.
+- A copy that would not fit in the memory left to the process (its cgroup's limit, else
+  the machine's available memory) is not taken: that checkpoint is written in the
+  foreground, as before, and the log says so once. An out-of-memory kill of rank 0 would
+  lose more than the stall.
+- A failed write is logged with its error and leaves the previous checkpoint as `latest`;
+  training goes on and the next checkpoint tries again, but two failures in a row end the
+  run (the storage is broken), as does a failure of the final save (`finish`: the end of
+  training and SIGTERM wait for their checkpoint, so the process never exits before it is
+  whole).
+- Rank 0 alone: the other ranks take no part in a full checkpoint's write, as before.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dtjob_trainer.checkpoint import Checkpointer
+from dtjob_trainer.errors import TrainerError
+
+log = logging.getLogger(__name__)
+
+MAX_FAILURES_IN_A_ROW = 2
+GIB = 1 << 30
+
+FreeMemory = Callable[[], int | None]
+
+
+def state_bytes(obj: Any) -> int:
+    """The bytes of every tensor in a nested state (dicts, lists, tuples)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(state_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(state_bytes(v) for v in obj)
+    return 0
+
+
+def host_copy(obj: Any) -> Any:
+    """A copy of a nested state that no later training step changes: every tensor copied
+    to host memory (from the GPU, or a clone on the CPU), every dict, list and tuple made
+    anew; other values (numbers, strings, None) are immutable and kept."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return {k: host_copy(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [host_copy(v) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(host_copy(v) for v in obj)
+    return obj
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path) as fh:
+            text = fh.read().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def free_memory() -> int | None:
+    """Bytes this process may still take: its cgroup's limit less its use (cgroup v2, the
+    pod's limit), else the machine's MemAvailable; None when neither can be read."""
+    limit = _read_int("/sys/fs/cgroup/memory.max")  # "max" (no limit) reads as None
+    used = _read_int("/sys/fs/cgroup/memory.current")
+    if limit is not None and used is not None:
+        return max(0, limit - used)
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+@dataclass
+class _Pending:
+    """A save, and what became of it (set by whichever thread wrote it)."""
+
+    step: int
+    thread: threading.Thread | None = None
+    path: Path | None = None
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a save ended: "committed" (with its path) or "failed" (with its error)."""
+
+    step: int
+    kind: str
+    path: Path | None = None
+    error: str = ""
+
+
+class FullSaver:
+    """Rank 0's full checkpoints of one training loop, written by a thread of their own;
+    see the module docstring."""
+
+    def __init__(
+        self,
+        checkpoints: Checkpointer,
+        strategy: str,
+        world_size: int,
+        free: FreeMemory = free_memory,
+    ) -> None:
+        self.checkpoints, self.strategy, self.world_size = checkpoints, strategy, world_size
+        self.free = free
+        self._pending: _Pending | None = None
+        self._newest: tuple[int, Path] | None = None  # set by the writing thread
+        self._reported: tuple[int, Path] | None = None
+        self._failures = 0
+        self._said_foreground = False
+
+    def start(self, step: int, state: dict[str, Any]) -> dict[str, Any]:
+        """Wait for the previous save, then write `state` (the state of `step`) in the
+        background from a host copy; that copy, which the caller keeps instead of `state`.
+        Where the copy does not fit in memory, `state` is written now and returned.
+        Raises TrainerError after MAX_FAILURES_IN_A_ROW failed saves."""
+        self.wait()
+        size, free = state_bytes(state), self.free()
+        if free is not None and size > free:
+            if not self._said_foreground:
+                log.warning(
+                    "full checkpoints are written in the foreground: a host copy of the "
+                    "state (%.1f GiB) does not fit in the %.1f GiB of memory left to this "
+                    "process (more memory for the pod would let training go on meanwhile)",
+                    size / GIB,
+                    free / GIB,
+                )
+                self._said_foreground = True
+            pending = _Pending(step)
+            self._attempt(pending, state)
+            self._settle(pending)
+            return state
+        copy: dict[str, Any] = host_copy(state)
+        pending = _Pending(step)
+        pending.thread = threading.Thread(
+            target=self._attempt,
+            args=(pending, copy),
+            name=f"dtjob-checkpoint-{step}",
+            daemon=True,
+        )
+        self._pending = pending
+        pending.thread.start()
+        return copy
+
+    def wait(self) -> Outcome | None:
+        """Block until the save in flight (if any) has ended; its outcome. Raises
+        TrainerError after MAX_FAILURES_IN_A_ROW failed saves."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return None
+        assert pending.thread is not None
+        pending.thread.join()
+        return self._settle(pending)
+
+    def finish(self, step: int, state: dict[str, Any]) -> Path:
+        """Wait for the save in flight, then write `state` now (end of training, SIGTERM):
+        its path; TrainerError when it could not be written."""
+        self.wait()
+        pending = _Pending(step)
+        self._attempt(pending, state)
+        self.committed()  # reported by the caller, not again
+        if pending.path is None:
+            raise TrainerError(
+                f"the checkpoint of step {step} could not be written to "
+                f"{self.checkpoints.directory}: {pending.error}"
+            )
+        return pending.path
+
+    def committed(self) -> tuple[int, Path] | None:
+        """(step, path) of the newest checkpoint committed since the last call, else None."""
+        newest = self._newest
+        if newest is None or newest is self._reported:
+            return None
+        self._reported = newest
+        return newest
+
+    def _attempt(self, pending: _Pending, state: dict[str, Any]) -> None:
+        """Write the checkpoint; its path, or its error, into `pending` (nothing escapes:
+        on the saver's thread an exception would only be printed)."""
+        try:
+            path = self.checkpoints.save(pending.step, self.strategy, self.world_size, state)
+        except Exception as exc:
+            text = str(exc).strip().splitlines()
+            pending.error = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+            log.error(
+                "checkpoint of step %d could not be written (%s); the previous checkpoint "
+                "stays the latest",
+                pending.step,
+                pending.error,
+            )
+            return
+        pending.path = path
+        self._newest = (pending.step, path)
+        log.info("checkpoint of step %d written to %s", pending.step, path)
+
+    def _settle(self, pending: _Pending) -> Outcome:
+        """Count a failed save (TrainerError at MAX_FAILURES_IN_A_ROW in a row)."""
+        if pending.path is not None:
+            self._failures = 0
+            return Outcome(pending.step, "committed", pending.path)
+        self._failures += 1
+        if self._failures >= MAX_FAILURES_IN_A_ROW:
+            raise TrainerError(
+                f"{self._failures} checkpoints in a row could not be written to "
+                f"{self.checkpoints.directory}, the last (step {pending.step}): {pending.error}"
+            )
+        return Outcome(pending.step, "failed", error=pending.error)
