@@ -58,6 +58,7 @@ MARKER = "checkpoint.json"
 """Written last into a sharded checkpoint: a directory without it is incomplete."""
 _NAME = re.compile(r"^step-(\d{9})(\.pt)?$")
 _STAGING = re.compile(r"^\.step-\d{9}\.partial$")
+_PARTIAL_FILE = re.compile(r"^\.step-\d{9}\.pt\.tmp-\d+$")
 
 log = logging.getLogger(__name__)
 
@@ -200,9 +201,11 @@ class Checkpointer:
             ):
                 self._remove(path, f"old checkpoint of step {step}")
         # Shards of saves that never completed (a crash, or a directory not shared by the
-        # pods): nothing is writing them now, since saves are collective and one at a time.
+        # pods), and full checkpoints a process died writing (a background write is cut off
+        # with its process): nothing is writing them now, since saves are one at a time and
+        # this runs after one completed.
         for path in self.directory.iterdir():
-            if _STAGING.match(path.name):
+            if _STAGING.match(path.name) or _PARTIAL_FILE.match(path.name):
                 self._remove(path, "incomplete checkpoint")
 
     @staticmethod

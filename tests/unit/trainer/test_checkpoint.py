@@ -54,6 +54,23 @@ def test_crash_while_writing_keeps_the_previous_latest(
     assert loaded is not None and loaded.step == 10
 
 
+def test_a_file_left_by_a_process_killed_mid_write_goes_with_the_next_save(
+    tmp_path: Path,
+) -> None:
+    # A background write is cut off with its process (an error elsewhere, SIGKILL): its
+    # temporary file (GBs for a large model) must not stay on the volume for good.
+    ck = Checkpointer(tmp_path, keep=2)
+    ck.save(10, "DataParallel", 1, _state(1.0))
+    stale = tmp_path / ".step-000000020.pt.tmp-4242"
+    stale.write_bytes(b"half a checkpoint")
+    unrelated = tmp_path / "notes.txt"
+    unrelated.write_text("kept")
+    assert ck.steps() == [10] and ck.load_latest() is not None  # never read as one
+    ck.save(30, "DataParallel", 1, _state(3.0))
+    assert not stale.exists() and unrelated.exists()
+    assert ck.steps() == [10, 30]
+
+
 def test_unreadable_newest_falls_back_to_an_older_one(tmp_path: Path) -> None:
     ck = Checkpointer(tmp_path, keep=3)
     ck.save(10, "DataParallel", 1, _state(1.0))
