@@ -51,30 +51,56 @@ GIB = 1 << 30
 FreeMemory = Callable[[], int | None]
 
 
-def state_bytes(obj: Any) -> int:
-    """The bytes of every tensor in a nested state (dicts, lists, tuples)."""
+Live = set[int] | None
+"""The storages (data_ptr) of the live training state's tensors, or None: unknown."""
+
+
+def _copied(t: torch.Tensor, live: Live) -> bool:
+    """Whether `t` must be copied: it is on a device, or it may share its storage with a
+    live tensor (with `live` unknown, any host tensor may)."""
+    if t.device.type != "cpu":
+        return True
+    return live is None or t.untyped_storage().data_ptr() in live
+
+
+def state_bytes(obj: Any, live: Live = None) -> int:
+    """The bytes of the tensors of a nested state (dicts, lists, tuples) that `host_copy`
+    copies."""
     if isinstance(obj, torch.Tensor):
-        return obj.numel() * obj.element_size()
+        return obj.numel() * obj.element_size() if _copied(obj, live) else 0
     if isinstance(obj, dict):
-        return sum(state_bytes(v) for v in obj.values())
+        return sum(state_bytes(v, live) for v in obj.values())
     if isinstance(obj, (list, tuple)):
-        return sum(state_bytes(v) for v in obj)
+        return sum(state_bytes(v, live) for v in obj)
     return 0
 
 
-def host_copy(obj: Any) -> Any:
-    """A copy of a nested state that no later training step changes: every tensor copied
-    to host memory (from the GPU, or a clone on the CPU), every dict, list and tuple made
-    anew; other values (numbers, strings, None) are immutable and kept."""
+def host_copy(obj: Any, live: Live = None) -> Any:
+    """A copy of a nested state that no later training step changes: every tensor that may
+    share memory with the live state copied to host memory (from the GPU, or a clone on
+    the CPU), every dict, list and tuple made anew; other values (numbers, strings, None)
+    are immutable and kept. A host tensor whose storage is not in `live` (known) is
+    already a copy of its own, made by the gathering (a GPU tensor offloaded), and is kept
+    as it is: on a GPU that spares a second host copy of the whole state."""
     if isinstance(obj, torch.Tensor):
-        return obj.detach().to("cpu", copy=True)
+        return obj.detach().to("cpu", copy=True) if _copied(obj, live) else obj
     if isinstance(obj, dict):
-        return {k: host_copy(v) for k, v in obj.items()}
+        return {k: host_copy(v, live) for k, v in obj.items()}
     if isinstance(obj, list):
-        return [host_copy(v) for v in obj]
+        return [host_copy(v, live) for v in obj]
     if isinstance(obj, tuple):
-        return tuple(host_copy(v) for v in obj)
+        return tuple(host_copy(v, live) for v in obj)
     return obj
+
+
+def live_storages(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> set[int]:
+    """The storages of a model's parameters and buffers and of its optimizer's state."""
+    tensors: list[Any] = [*model.parameters(), *model.buffers()]
+    for per_param in optimizer.state.values():
+        tensors += list(per_param.values())
+    for group in optimizer.param_groups:
+        tensors += [v for k, v in group.items() if k != "params"]
+    return {t.untyped_storage().data_ptr() for t in tensors if isinstance(t, torch.Tensor)}
 
 
 def _read_int(path: str) -> int | None:
@@ -142,13 +168,14 @@ class FullSaver:
         self._failures = 0
         self._said_foreground = False
 
-    def start(self, step: int, state: dict[str, Any]) -> dict[str, Any]:
+    def start(self, step: int, state: dict[str, Any], live: Live = None) -> dict[str, Any]:
         """Wait for the previous save, then write `state` (the state of `step`) in the
-        background from a host copy; that copy, which the caller keeps instead of `state`.
-        Where the copy does not fit in memory, `state` is written now and returned.
-        Raises TrainerError after MAX_FAILURES_IN_A_ROW failed saves."""
+        background from a host copy (`host_copy`, with the live state's storages when
+        known); that copy, which the caller keeps instead of `state`. Where the copy does
+        not fit in memory, `state` is written now and returned. Raises TrainerError after
+        MAX_FAILURES_IN_A_ROW failed saves."""
         self.wait()
-        size, free = state_bytes(state), self.free()
+        size, free = state_bytes(state, live), self.free()
         if free is not None and size > free:
             if not self._said_foreground:
                 log.warning(
@@ -163,7 +190,7 @@ class FullSaver:
             self._attempt(pending, state)
             self._settle(pending)
             return state
-        copy: dict[str, Any] = host_copy(state)
+        copy: dict[str, Any] = host_copy(state, live)
         pending = _Pending(step)
         pending.thread = threading.Thread(
             target=self._attempt,

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 
-from dtjob_trainer.async_full import FullSaver
+from dtjob_trainer.async_full import FullSaver, live_storages
 from dtjob_trainer.checkpoint import sharded_refusal
 from dtjob_trainer.console import Console
 from dtjob_trainer.context import RunContext, RunResult
@@ -314,5 +314,9 @@ def _checkpoint(
         full.finish(step, state)
         return state, True
     # The host copy the background write uses: the gathered state may share its tensors
-    # with the live model and optimizer, which the next step changes.
-    return full.start(step, state), False
+    # with the live model and optimizer, which the next step changes. Where the strategy
+    # says what they are, only what shares them is copied.
+    live = None
+    if t.sharded is not None:
+        live = live_storages(t.sharded.model, t.sharded.optimizer)
+    return full.start(step, state, live), False

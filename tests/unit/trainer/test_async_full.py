@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import torch
 
-from dtjob_trainer.async_full import FullSaver, host_copy, state_bytes
+from dtjob_trainer.async_full import FullSaver, host_copy, live_storages, state_bytes
 from dtjob_trainer.checkpoint import LATEST, Checkpointer
 from dtjob_trainer.errors import TrainerError
 
@@ -60,6 +60,27 @@ def test_host_copy_shares_nothing_a_step_changes() -> None:
     assert copy["optimizer"]["state"][0]["step"].item() == 4.0
     assert copy["optimizer"]["lr"] == 0.1
     assert state_bytes(state) == (6 + 2 + 1 + 6) * 4
+
+
+def test_with_the_live_storages_known_only_what_shares_them_is_copied() -> None:
+    # As on a GPU: the gathering offloaded the parameters (fresh host tensors), while
+    # Adam's step count is the optimizer's own host tensor.
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.Adam(model.parameters())
+    model(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
+    live = live_storages(model, optimizer)
+    offloaded = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    step = optimizer.state[model.weight]["step"]
+    state = {"model": offloaded, "optimizer": {"state": {0: {"step": step}}}}
+    copy = host_copy(state, live)
+    assert copy["model"]["weight"] is offloaded["weight"]  # a copy already: kept
+    assert copy["optimizer"]["state"][0]["step"] is not step  # the live one: copied
+    assert torch.equal(copy["optimizer"]["state"][0]["step"], step)
+    assert state_bytes(state, live) == step.element_size()
+    with torch.no_grad():
+        step += 1  # what the next optimizer step does to it
+    assert copy["optimizer"]["state"][0]["step"].item() == 1.0
 
 
 def test_training_goes_on_while_the_checkpoint_is_written_and_it_holds_its_step(
