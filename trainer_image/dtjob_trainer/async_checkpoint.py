@@ -234,6 +234,7 @@ class _Pending:
     step: int
     future: Future[Metadata]
     settled: threading.Event = field(default_factory=threading.Event)
+    final: bool = False  # finish()'s: reported by the caller
     outcome: str = "failed"  # "committed" | "dropped" | "failed"
     path: Path | None = None
     error: str = ""
@@ -262,6 +263,7 @@ class AsyncSaver:
         world_size: int,
         group: dist.ProcessGroup | None = None,
         writer: Writer | None = None,
+        on_commit: Callable[[int], None] | None = None,
     ) -> None:
         self.checkpoints, self.state, self.strategy = checkpoints, state, strategy
         self.rank, self.world_size, self.group = rank, world_size, group
@@ -272,6 +274,11 @@ class AsyncSaver:
         self._newest: tuple[int, Path] | None = None  # rank 0: set by the done-callback
         self._reported: tuple[int, Path] | None = None
         self._failures = 0
+        # Rank 0: called with the step as soon as a save is committed, on the background
+        # thread (not for `finish`'s, which the caller reports): progress says it at once,
+        # also when training hangs right after it (a sync point would never come).
+        self.on_commit = on_commit
+        self._finishing = False
 
     def start(self, step: int) -> Outcome | None:
         """Collective: wait for the previous save (its outcome is returned), then stage this
@@ -287,7 +294,7 @@ class AsyncSaver:
             async_stager=self.stager,
         )
         assert isinstance(future, Future), "a blocking stager returns the upload's future"
-        pending = _Pending(step, future)
+        pending = _Pending(step, future, final=self._finishing)
         if self.rank == 0:
             future.add_done_callback(lambda f: self._settle(pending, f))
         self._pending = pending
@@ -322,8 +329,12 @@ class AsyncSaver:
     def finish(self, step: int) -> Outcome:
         """Collective: save `step` and wait until it is committed (end of training,
         SIGTERM); TrainerError when it could not be written."""
-        self.start(step)
-        outcome = self.wait()
+        self._finishing = True
+        try:
+            self.start(step)
+            outcome = self.wait()
+        finally:
+            self._finishing = False
         assert outcome is not None
         if outcome.kind == "failed":
             raise TrainerError(
@@ -359,6 +370,8 @@ class AsyncSaver:
                 pending.outcome = "committed"
                 self._newest = (step, pending.path)
                 log.info("sharded checkpoint of step %d written to %s", step, pending.path)
+                if self.on_commit is not None and not pending.final:
+                    self.on_commit(step)
         except BaseException as exc:  # reported to every rank by wait()
             shutil.rmtree(staging, ignore_errors=True)
             pending.outcome, pending.error = "failed", _first_line(exc)

@@ -137,6 +137,7 @@ class _Pending:
     thread: threading.Thread | None = None
     path: Path | None = None
     error: str = ""
+    final: bool = False
 
 
 @dataclass(frozen=True)
@@ -159,12 +160,15 @@ class FullSaver:
         strategy: str,
         world_size: int,
         free: FreeMemory = free_memory,
+        on_commit: Callable[[int], None] | None = None,
     ) -> None:
         self.checkpoints, self.strategy, self.world_size = checkpoints, strategy, world_size
         self.free = free
+        # Called with the step as soon as a checkpoint is committed, on the writing thread:
+        # progress says it at once, also when training hangs right after (a sync point
+        # would never come).
+        self.on_commit = on_commit
         self._pending: _Pending | None = None
-        self._newest: tuple[int, Path] | None = None  # set by the writing thread
-        self._reported: tuple[int, Path] | None = None
         self._failures = 0
         self._said_foreground = False
 
@@ -216,23 +220,14 @@ class FullSaver:
         """Wait for the save in flight, then write `state` now (end of training, SIGTERM):
         its path; TrainerError when it could not be written."""
         self.wait()
-        pending = _Pending(step)
+        pending = _Pending(step, final=True)
         self._attempt(pending, state)
-        self.committed()  # reported by the caller, not again
         if pending.path is None:
             raise TrainerError(
                 f"the checkpoint of step {step} could not be written to "
                 f"{self.checkpoints.directory}: {pending.error}"
             )
         return pending.path
-
-    def committed(self) -> tuple[int, Path] | None:
-        """(step, path) of the newest checkpoint committed since the last call, else None."""
-        newest = self._newest
-        if newest is None or newest is self._reported:
-            return None
-        self._reported = newest
-        return newest
 
     def _attempt(self, pending: _Pending, state: dict[str, Any]) -> None:
         """Write the checkpoint; its path, or its error, into `pending` (nothing escapes:
@@ -250,8 +245,9 @@ class FullSaver:
             )
             return
         pending.path = path
-        self._newest = (pending.step, path)
         log.info("checkpoint of step %d written to %s", pending.step, path)
+        if self.on_commit is not None and not pending.final:  # the caller reports the final
+            self.on_commit(pending.step)
 
     def _settle(self, pending: _Pending) -> Outcome:
         """Count a failed save (TrainerError at MAX_FAILURES_IN_A_ROW in a row)."""

@@ -190,11 +190,19 @@ def run_loop(ctx: RunContext, t: Trainable) -> RunResult:
         from dtjob_trainer.async_checkpoint import AsyncSaver
 
         saver = AsyncSaver(
-            ctx.checkpoints, t.sharded, t.name, ctx.rank, ctx.world_size, t.sync_group
+            ctx.checkpoints,
+            t.sharded,
+            t.name,
+            ctx.rank,
+            ctx.world_size,
+            t.sync_group,
+            on_commit=lambda step: _committed(ctx, step),
         )
     full = None
     if saver is None and ctx.rank == 0:  # full checkpoints: rank 0 writes them alone
-        full = FullSaver(ctx.checkpoints, t.name, ctx.world_size)
+        full = FullSaver(
+            ctx.checkpoints, t.name, ctx.world_size, on_commit=lambda step: _committed(ctx, step)
+        )
     ctx.history.resume(start)
     lr = ctx.cfg.trainer.optimizer.lr  # constant: the trainer has no LR schedule
     result = RunResult(strategy=t.name, steps=start, start_step=start)
@@ -252,12 +260,6 @@ def run_loop(ctx: RunContext, t: Trainable) -> RunResult:
                 ctx.reporter.update(
                     force=True, lastCheckpointStep=last_ckpt, lastCheckpointTime=utc_now()
                 )
-        background = saver or full
-        if background is not None and (done := background.committed()) is not None:
-            # A background save committed since the last sync point (rank 0 only).
-            ctx.reporter.update(
-                force=True, lastCheckpointStep=done[0], lastCheckpointTime=utc_now()
-            )
         if stop:
             raise Preempted(f"stopped by SIGTERM after step {step}; checkpoint written")
 
@@ -285,6 +287,12 @@ def run_loop(ctx: RunContext, t: Trainable) -> RunResult:
     return result
 
 
+def _committed(ctx: RunContext, step: int) -> None:
+    """A background save of `step` was committed (rank 0, on the saver's thread; the
+    reporter is thread-safe): progress says it at once."""
+    ctx.reporter.update(force=True, lastCheckpointStep=step, lastCheckpointTime=utc_now())
+
+
 def _checkpoint(
     ctx: RunContext,
     t: Trainable,
@@ -295,7 +303,7 @@ def _checkpoint(
 ) -> tuple[dict[str, Any] | None, bool]:
     """The full state if one was gathered, and whether (on rank 0) a checkpoint of `step`
     is kept now. A save runs in the background, sharded (every rank, `AsyncSaver`) or full
-    (rank 0, `FullSaver`), and is reported once committed (`committed()`), except the final
+    (rank 0, `FullSaver`), and is reported once committed (`_committed`), except the final
     one (end of training, SIGTERM): that one is waited for, so the process never exits
     before its last checkpoint is whole."""
     if saver is not None:
@@ -303,7 +311,6 @@ def _checkpoint(
             saver.start(step)
             return None, False
         outcome = saver.finish(step)
-        saver.committed()  # reported here, not again at the next sync point
         return None, outcome.kind == "committed" and ctx.rank == 0
     state = t.state_dict()
     if ctx.rank != 0:

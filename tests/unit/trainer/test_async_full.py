@@ -87,11 +87,12 @@ def test_training_goes_on_while_the_checkpoint_is_written_and_it_holds_its_step(
     tmp_path: Path,
 ) -> None:
     ckpt = GatedCheckpointer(tmp_path)
-    saver = FullSaver(ckpt, "DataParallel", 2)
+    reported: list[int] = []
+    saver = FullSaver(ckpt, "DataParallel", 2, on_commit=reported.append)
     model, state = live_state()
     before = model.weight.detach().clone()
     kept = saver.start(10, state)  # returns while the write waits at the gate
-    assert saver.committed() is None and not (tmp_path / LATEST).exists()
+    assert reported == [] and not (tmp_path / LATEST).exists()
     with torch.no_grad():
         model.weight.mul_(3.0)  # the next steps change the live parameters
     state["optimizer"]["state"][0]["step"] += 5
@@ -103,8 +104,7 @@ def test_training_goes_on_while_the_checkpoint_is_written_and_it_holds_its_step(
     assert torch.equal(on_disk["model"]["weight"], before)
     assert on_disk["optimizer"]["state"][0]["step"].item() == 4.0
     assert (tmp_path / LATEST).read_text() == Checkpointer.file_name(10)
-    assert saver.committed() == (10, tmp_path / Checkpointer.file_name(10))
-    assert saver.committed() is None  # reported once
+    assert reported == [10]  # reported once committed, by the writing thread
 
 
 def test_the_next_save_waits_for_the_one_in_flight(tmp_path: Path) -> None:
@@ -174,12 +174,13 @@ def test_a_copy_that_does_not_fit_is_written_in_the_foreground(
 def test_the_final_save_waits_and_a_failed_one_ends_the_run(tmp_path: Path) -> None:
     ckpt = GatedCheckpointer(tmp_path)
     ckpt.gate.set()
-    saver = FullSaver(ckpt, "DataParallel", 1)
+    reported: list[int] = []
+    saver = FullSaver(ckpt, "DataParallel", 1, on_commit=reported.append)
     _, state = live_state()
     saver.start(10, state)
     path = saver.finish(12, state)
     assert path == tmp_path / Checkpointer.file_name(12) and path.exists()
-    assert saver.committed() is None  # the caller reports the final one itself
+    assert reported == [10]  # the caller reports the final one itself
     ckpt.fail = {14}
     with pytest.raises(TrainerError, match="checkpoint of step 14 could not be written"):
         saver.finish(14, state)
