@@ -68,6 +68,7 @@ class AdmissionRouter:
             self.kueue = KueueBackend(
                 KueueApi(api.api_client), settings, caches.list_priority_classes,
                 caches.workloads_of, caches.watch_workloads_if_served, metrics,
+                emit_event=api.emit_event,
             )  # fmt: skip
         if self.mode == "builtin":
             self.builtin = BuiltinBackend(

@@ -8,7 +8,8 @@ Read top to bottom, `view` is that reconciler's order:
    built-in admission takes it.
 2. No Workload: create it; but while pods of the job still run (the Workload was deleted
    under them, or the job just came to Kueue) the gang stops first: pods never run beside
-   an admission they do not hold.
+   an admission they do not hold. A Workload there follows the job's priority-class
+   label (priority.py).
 3. spec.suspend: the gang stops; the Workload is deactivated once its pods are gone (Kueue
    gives an inactive Workload's quota back at once), and activated again on resume. The
    operator writes spec.active only for the job's spec.suspend.
@@ -63,6 +64,7 @@ from dtjob_operator.kueue.multikueue import (
     dispatched,
     prebuilt_workload,
 )
+from dtjob_operator.kueue.priority import PriorityFollower
 from dtjob_operator.kueue.verdict import (
     admitted_counts,
     admitted_message,
@@ -105,6 +107,7 @@ class KueueBackend(AdmissionBackend):
         workloads_of: Callable[[str, str], Sequence[Obj]] = lambda _ns, _name: [],
         watch_workloads: Callable[[], None] = lambda: None,
         metrics: OperatorMetrics | None = None,
+        emit_event: Callable[[Obj, str, str, str], None] = lambda *_: None,
     ) -> None:
         self.api = api
         self.writes = WorkloadWrites(api)
@@ -117,6 +120,7 @@ class KueueBackend(AdmissionBackend):
         # The Workload each job's view() read, for after() in the same pass (a job is in one
         # worker at a time; no second read).
         self._read: dict[str, Obj | None] = {}
+        self.priorities = PriorityFollower(api, emit_event, self._priority)
 
     def view(self, job_obj: Obj, pods: Sequence[Obj]) -> AdmissionVerdict:
         """Kueue's word on a job it holds, from the job's Workload (the module docstring)."""
@@ -185,6 +189,8 @@ class KueueBackend(AdmissionBackend):
                 return self._withdrawn(f"its Workload {name} is being deleted")
             self.writes.let_go([workload], None)  # it goes, and a new one is made after it
             return self._waiting(f"Workload {name} is being deleted; a new one follows")
+        if not prebuilt:  # MultiKueue's copy: its spec is the manager's, never changed here
+            self.priorities.follow(job_obj, workload)
         active = (workload.get("spec") or {}).get("active", True) is not False
         ours = ((workload["metadata"].get("annotations") or {}).get(ANNOTATION_SUSPENDED_BY_JOB)
                 == "true")  # fmt: skip
@@ -432,6 +438,7 @@ class KueueBackend(AdmissionBackend):
         """A Workload left behind would hold its Kueue quota."""
         if job is not None:
             self._read.pop(job["metadata"]["uid"], None)
+            self.priorities.forget(job["metadata"]["uid"])
         self.writes.let_go(self.workloads_of(*key), None)
 
 
