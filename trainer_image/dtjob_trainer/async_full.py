@@ -112,13 +112,21 @@ def _read_int(path: str) -> int | None:
     return int(text) if text.isdigit() else None
 
 
+# The container's memory limit and use: cgroup v2, then v1 (older nodes).
+_CGROUP_FILES = (
+    ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+    ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"),
+)
+_NO_LIMIT = 1 << 62  # cgroup v1 says "no limit" with a huge number (v2 with "max")
+
+
 def free_memory() -> int | None:
-    """Bytes this process may still take: its cgroup's limit less its use (cgroup v2, the
+    """Bytes this process may still take: its container's memory limit less its use (the
     pod's limit), else the machine's MemAvailable; None when neither can be read."""
-    limit = _read_int("/sys/fs/cgroup/memory.max")  # "max" (no limit) reads as None
-    used = _read_int("/sys/fs/cgroup/memory.current")
-    if limit is not None and used is not None:
-        return max(0, limit - used)
+    for limit_file, used_file in _CGROUP_FILES:
+        limit, used = _read_int(limit_file), _read_int(used_file)  # "max" reads as None
+        if limit is not None and used is not None and limit < _NO_LIMIT:
+            return max(0, limit - used)
     try:
         with open("/proc/meminfo") as fh:
             for line in fh:

@@ -185,3 +185,24 @@ def test_the_final_save_waits_and_a_failed_one_ends_the_run(tmp_path: Path) -> N
     with pytest.raises(TrainerError, match="checkpoint of step 14 could not be written"):
         saver.finish(14, state)
     assert (tmp_path / LATEST).read_text() == Checkpointer.file_name(12)
+
+
+def test_free_memory_is_the_containers_limit_less_its_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dtjob_trainer import async_full
+
+    def files(limit: str, used: str, name: str) -> tuple[str, str]:
+        (tmp_path / f"{name}.limit").write_text(limit)
+        (tmp_path / f"{name}.used").write_text(used)
+        return str(tmp_path / f"{name}.limit"), str(tmp_path / f"{name}.used")
+
+    v2, v1 = files("max\n", "100\n", "v2"), files("1000\n", "300\n", "v1")
+    monkeypatch.setattr(async_full, "_CGROUP_FILES", (v2, v1))
+    assert async_full.free_memory() == 700  # v2 has no limit: v1's
+    monkeypatch.setattr(async_full, "_CGROUP_FILES", (files("4096\n", "1024\n", "v2b"),))
+    assert async_full.free_memory() == 3072
+    unlimited = files(str(1 << 63), "5\n", "v1u")
+    monkeypatch.setattr(async_full, "_CGROUP_FILES", (unlimited,))
+    free = async_full.free_memory()  # no limit anywhere: the machine's MemAvailable
+    assert free is None or free > 5
