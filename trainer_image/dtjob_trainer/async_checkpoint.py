@@ -67,11 +67,10 @@ from torch.distributed.tensor import DTensor
 from dtjob_trainer.checkpoint import Checkpointer
 from dtjob_trainer.dist import COLLECTIVE_TIMEOUT, broadcast_object
 from dtjob_trainer.errors import TrainerError
+from dtjob_trainer.save_outcome import FailuresInARow, Outcome, error_line
 from dtjob_trainer.sharded import ShardedState, drop_message, missing_files, prepare_staging
 
 log = logging.getLogger(__name__)
-
-MAX_FAILURES_IN_A_ROW = 2
 
 Writer = Callable[[Path], StorageWriter]
 
@@ -240,16 +239,6 @@ class _Pending:
     error: str = ""
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """How a save ended, the same on every rank; `path` only on rank 0."""
-
-    step: int
-    kind: str
-    path: Path | None = None
-    error: str = ""
-
-
 class AsyncSaver:
     """Sharded checkpoints of one training loop, written in the background; see the module
     docstring. `start` and `wait` are collectives of the loop's ranks."""
@@ -273,7 +262,7 @@ class AsyncSaver:
         self._pending: _Pending | None = None
         self._newest: tuple[int, Path] | None = None  # rank 0: set by the done-callback
         self._reported: tuple[int, Path] | None = None
-        self._failures = 0
+        self._failures = FailuresInARow(checkpoints.directory)
         # Rank 0: called with the step as soon as a save is committed, on the background
         # thread (not for `finish`'s, which the caller reports): progress says it at once,
         # also when training hangs right after it (a sync point would never come).
@@ -315,16 +304,7 @@ class AsyncSaver:
         if kind != "committed":
             # Every rank cleans its own view: on per-pod volumes rank 0 cannot reach the others.
             shutil.rmtree(self.checkpoints.staging_dir(pending.step), ignore_errors=True)
-        if kind != "failed":
-            self._failures = 0
-            return outcome
-        self._failures += 1
-        if self._failures >= MAX_FAILURES_IN_A_ROW:
-            raise TrainerError(
-                f"{self._failures} checkpoints in a row could not be written to "
-                f"{self.checkpoints.directory}, the last (step {pending.step}): {error}"
-            )
-        return outcome
+        return self._failures.settle(outcome)
 
     def finish(self, step: int) -> Outcome:
         """Collective: save `step` and wait until it is committed (end of training,
@@ -392,5 +372,4 @@ def _first_line(exc: BaseException) -> str:
         return "; ".join(
             f"rank {rank}: {_first_line(cause)}" for rank, (cause, _) in exc.failures.items()
         )
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+    return error_line(exc)

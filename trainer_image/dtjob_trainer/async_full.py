@@ -42,10 +42,10 @@ import torch
 
 from dtjob_trainer.checkpoint import Checkpointer
 from dtjob_trainer.errors import TrainerError
+from dtjob_trainer.save_outcome import FailuresInARow, Outcome, error_line
 
 log = logging.getLogger(__name__)
 
-MAX_FAILURES_IN_A_ROW = 2
 GIB = 1 << 30
 
 FreeMemory = Callable[[], int | None]
@@ -148,16 +148,6 @@ class _Pending:
     final: bool = False
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """How a save ended: "committed" (with its path) or "failed" (with its error)."""
-
-    step: int
-    kind: str
-    path: Path | None = None
-    error: str = ""
-
-
 class FullSaver:
     """Rank 0's full checkpoints of one training loop, written by a thread of their own;
     see the module docstring."""
@@ -177,7 +167,7 @@ class FullSaver:
         # would never come).
         self.on_commit = on_commit
         self._pending: _Pending | None = None
-        self._failures = 0
+        self._failures = FailuresInARow(checkpoints.directory)
         self._said_foreground = False
 
     def start(self, step: int, state: dict[str, Any], live: Live = None) -> dict[str, Any]:
@@ -243,8 +233,7 @@ class FullSaver:
         try:
             path = self.checkpoints.save(pending.step, self.strategy, self.world_size, state)
         except Exception as exc:
-            text = str(exc).strip().splitlines()
-            pending.error = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+            pending.error = error_line(exc)
             log.error(
                 "checkpoint of step %d could not be written (%s); the previous checkpoint "
                 "stays the latest",
@@ -258,14 +247,7 @@ class FullSaver:
             self.on_commit(pending.step)
 
     def _settle(self, pending: _Pending) -> Outcome:
-        """Count a failed save (TrainerError at MAX_FAILURES_IN_A_ROW in a row)."""
+        """Its outcome, counted (TrainerError at MAX_FAILURES_IN_A_ROW in a row)."""
         if pending.path is not None:
-            self._failures = 0
-            return Outcome(pending.step, "committed", pending.path)
-        self._failures += 1
-        if self._failures >= MAX_FAILURES_IN_A_ROW:
-            raise TrainerError(
-                f"{self._failures} checkpoints in a row could not be written to "
-                f"{self.checkpoints.directory}, the last (step {pending.step}): {pending.error}"
-            )
-        return Outcome(pending.step, "failed", error=pending.error)
+            return self._failures.settle(Outcome(pending.step, "committed", pending.path))
+        return self._failures.settle(Outcome(pending.step, "failed", error=pending.error))

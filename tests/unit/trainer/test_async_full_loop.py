@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 import torch
-from unit.trainer.harness import a_spec, launch
+from unit.trainer.harness import a_spec
 from unit.trainer.ranks import run_ranks, strategy_context
 from unit.trainer.reference import assert_losses_close, assert_params_close, reference_run
+from unit.trainer.resume_check import resume_equals_reference
 
 from dtjob_trainer.checkpoint import LATEST, Checkpointer
 
@@ -111,9 +112,4 @@ def test_a_full_checkpoint_written_while_training_went_on_resumes_onto_the_traje
     job.mkdir()
     shutil.copy(ckpt / Checkpointer.file_name(8), job / Checkpointer.file_name(8))
     (job / LATEST).write_text(Checkpointer.file_name(8))
-    out = launch(_spec(), tmp_path)
-    assert out.rc == 0, out.output
-    assert out.result is not None and out.result["start_step"] == 8
-    ref = reference_run(_spec())
-    assert_losses_close(out.result["losses"], ref.losses[8:], "fp64")
-    assert_params_close(out.result["params"], ref.params, "fp64")
+    resume_equals_reference(_spec(), tmp_path, stopped_at=8)
