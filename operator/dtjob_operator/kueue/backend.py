@@ -190,7 +190,7 @@ class KueueBackend(AdmissionBackend):
             self.writes.let_go([workload], None)  # it goes, and a new one is made after it
             return self._waiting(f"Workload {name} is being deleted; a new one follows")
         if not prebuilt:  # MultiKueue's copy: its spec is the manager's, never changed here
-            self.priorities.follow(job_obj, workload)
+            self.priorities.follow(job_obj, job, workload)
         active = (workload.get("spec") or {}).get("active", True) is not False
         ours = ((workload["metadata"].get("annotations") or {}).get(ANNOTATION_SUSPENDED_BY_JOB)
                 == "true")  # fmt: skip

@@ -113,7 +113,7 @@ class PriorityFollower:
         self.api, self.emit_event, self.resolve = api, emit_event, resolve
         self._said: dict[str, str] = {}  # by job uid: the last Warning
 
-    def follow(self, job_obj: Obj, workload: Obj) -> None:
+    def follow(self, job_obj: Obj, job: Job, workload: Obj) -> None:
         """One reconcile's look at the job's (not MultiKueue-made) Workload; the Workload
         read is updated in place when patched, for the rest of the pass."""
         meta = job_obj["metadata"]
@@ -121,7 +121,7 @@ class PriorityFollower:
         if not follows_label(workload, str(labels.get(PRIORITY_LABEL) or "")):
             self._said.pop(meta["uid"], None)
             return
-        change = priority_change(workload, labels, self.resolve(job_obj, Job.from_object(job_obj)))
+        change = priority_change(workload, labels, self.resolve(job_obj, job))
         if change.patch is None:
             self._say_once(job_obj, change.reason, change.message)
             return

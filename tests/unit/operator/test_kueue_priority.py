@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from unit.operator.builders import a_job
 
+from dtjob_operator.builders import Job
 from dtjob_operator.kubehttp import ApiException
 from dtjob_operator.kueue.priority import PriorityFollower, follows_label, priority_change
 from dtjob_operator.kueue.workload import PRIORITY_LABEL, Priority
@@ -104,20 +105,20 @@ def follower(api: Api, resolved: Priority | str | None) -> tuple[PriorityFollowe
     ), events
 
 
-def labelled(label: str) -> dict[str, Any]:
+def labelled(label: str) -> tuple[dict[str, Any], Job]:
     obj = a_job("train", "ns").with_workers(1).obj()
     obj["metadata"]["labels"] = {PRIORITY_LABEL: label}
-    return obj
+    return obj, Job.from_object(obj)
 
 
 def test_the_follower_patches_once_and_says_it_with_kueues_event() -> None:
     api = Api()
     follow, events = follower(api, HIGH)
     wl = workload(LOW_REF)
-    follow.follow(labelled("high"), wl)
+    follow.follow(*labelled("high"), wl)
     assert [(ns, name) for ns, name, _ in api.patches] == [("ns", "wl")]
     assert wl["spec"]["priority"] == 1000  # the rest of the pass reads the new priority
-    follow.follow(labelled("high"), wl)  # in step now: nothing more
+    follow.follow(*labelled("high"), wl)  # in step now: nothing more
     assert len(api.patches) == 1
     assert [e[:2] for e in events] == [("Normal", "UpdatedWorkload")]
 
@@ -126,14 +127,14 @@ def test_a_warning_is_said_once_per_cause_not_at_every_pass() -> None:
     api = Api()
     follow, events = follower(api, "the class does not exist")
     for _ in range(3):
-        follow.follow(labelled("nope"), workload(LOW_REF))
+        follow.follow(*labelled("nope"), workload(LOW_REF))
     assert api.patches == [] and len(events) == 1 and events[0][0] == "Warning"
 
 
 def test_a_refusal_by_the_workloads_validation_is_said_and_the_job_goes_on() -> None:
     body = '{"kind": "Status", "message": "spec: Invalid value: priorityClassRef is immutable"}'
     follow, events = follower(Api(ApiException(422, "Unprocessable Entity", body)), HIGH)
-    follow.follow(labelled("high"), workload(LOW_REF))
+    follow.follow(*labelled("high"), workload(LOW_REF))
     assert events == [
         (
             "Warning",
@@ -143,8 +144,8 @@ def test_a_refusal_by_the_workloads_validation_is_said_and_the_job_goes_on() -> 
         )
     ]
     conflict, quiet = follower(Api(ApiException(409, "Conflict")), HIGH)
-    conflict.follow(labelled("high"), workload(LOW_REF))  # Kueue wrote it: next pass
+    conflict.follow(*labelled("high"), workload(LOW_REF))  # Kueue wrote it: next pass
     assert quiet == []
     broken, _ = follower(Api(ApiException(500, "Internal Server Error")), HIGH)
     with pytest.raises(ApiException):
-        broken.follow(labelled("high"), workload(LOW_REF))
+        broken.follow(*labelled("high"), workload(LOW_REF))
